@@ -1,0 +1,148 @@
+// Command kvd is the kvd daemon: a multi-tenant memcached-binary-protocol
+// server on Pebble. With no flags it serves 127.0.0.1:11211 from ./data with
+// config/serverless.json (or the copy embedded in the binary).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"kvd/config"
+	"kvd/server"
+)
+
+const defaultConfig = "config/serverless.json"
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "kvd:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	listen := flag.String("listen", "127.0.0.1:11211", "protocol address")
+	dataDir := flag.String("data-dir", "./data", "data directory")
+	cfgPath := flag.String("config", "", "config file (default "+defaultConfig+", else the embedded copy)")
+	metrics := flag.String("metrics-listen", "127.0.0.1:11280", "Prometheus address; empty disables")
+	level := flag.String("log-level", "info", "debug, info, warn or error")
+	flag.Parse()
+
+	log, err := newLogger(*level)
+	if err != nil {
+		return err
+	}
+	cfg, source, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	log.Info("config loaded", "source", source)
+	opts := serverOptions(cfg, *listen, *dataDir, log)
+	srv, err := server.New(opts)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		_ = srv.Close()
+		return err
+	}
+	log.Info("kvd serving", "listen", *listen, "data_dir", *dataDir, "wal_sync", cfg.WALSync)
+	if *metrics != "" {
+		go serveMetrics(*metrics, log)
+	}
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	got := <-sig
+	log.Info("shutting down", "signal", got.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return srv.Shutdown(ctx)
+}
+
+// loadConfig reads the named file, or the default file when it exists, or
+// the embedded default.
+func loadConfig(path string) (*config.File, string, error) {
+	if path != "" {
+		cfg, err := config.Load(path)
+		return cfg, path, err
+	}
+	cfg, err := config.Load(defaultConfig)
+	if errors.Is(err, fs.ErrNotExist) {
+		cfg, err = config.Parse(config.Embedded)
+		return cfg, "embedded default", err
+	}
+	return cfg, defaultConfig, err
+}
+
+func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) server.Options {
+	opts := server.Options{
+		Listen:                  listen,
+		DataDir:                 dataDir,
+		DisableWALSync:          !cfg.WALSync,
+		AnonymousBucket:         cfg.AnonymousBucket,
+		MaxConnections:          cfg.MaxConnections,
+		MaxConnectionsPerBucket: cfg.MaxConnectionsPerBucket,
+		IdleTimeout:             time.Duration(cfg.IdleTimeoutMS) * time.Millisecond,
+		MaxFrameSize:            cfg.MaxFrameSize,
+		MaxItemSize:             cfg.MaxItemSize,
+		Logger:                  log,
+		DefaultSettings: server.BucketSettings{
+			Reserved:  int64(cfg.DefaultThrottleReservedUnits),
+			HardLimit: int64(cfg.DefaultThrottleHardLimit),
+		},
+	}
+	for _, b := range cfg.Buckets {
+		opts.Buckets = append(opts.Buckets, server.BucketSpec{Name: b.Name, Settings: bucketSettings(b, opts.DefaultSettings)})
+	}
+	for _, u := range cfg.Users {
+		opts.Users = append(opts.Users, server.UserSpec{
+			Name: u.Name, Password: u.Password, PasswordHash: u.PasswordHash,
+			Buckets: u.Buckets, Privileges: u.Privileges,
+		})
+	}
+	return opts
+}
+
+func bucketSettings(b config.Bucket, def server.BucketSettings) server.BucketSettings {
+	s := def
+	if b.Reserved != nil {
+		s.Reserved = int64(*b.Reserved)
+	}
+	if b.HardLimit != nil {
+		s.HardLimit = int64(*b.HardLimit)
+	}
+	s.MaxConcurrent, s.MaxQueued = b.MaxConcurrent, b.MaxQueued
+	s.QueueTimeout = time.Duration(b.QueueTimeoutMS) * time.Millisecond
+	s.Deadline = time.Duration(b.DeadlineMS) * time.Millisecond
+	s.DeadlinePercentile = b.DeadlinePercentile
+	s.ExpectedExecution = time.Duration(b.ExpectedExecutionUS) * time.Microsecond
+	return s
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+func serveMetrics(addr string, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.Handler())
+	if err := http.ListenAndServe(addr, mux); err != nil {
+		log.Error("metrics listener failed", "addr", addr, "err", err)
+	}
+}

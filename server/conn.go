@@ -1,0 +1,308 @@
+package server
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"kvd/protocol/binary"
+	"kvd/tenant"
+)
+
+// Batch limits: how much one worker hand-off may carry.
+const (
+	maxBatchCommands = 64
+	maxBatchBytes    = 1 << 20
+)
+
+// HELLO features a connection can enable.
+type features uint16
+
+const (
+	featXError features = 1 << iota
+	featSelectBucket
+	featJSON
+	featAltRequest
+)
+
+// conn is one client connection. Fields above mu belong to the event loop;
+// the worker running the connection's batch only reads features and the
+// batch it was given.
+type conn struct {
+	srv    *Server
+	gc     gnet.Conn
+	remote string
+
+	user     *tenant.User // nil until SASL succeeds
+	bucket   *bucket      // selected bucket, nil for none
+	features features
+	out      []byte  // replies of this pass, written once at the end
+	inflight *batch  // batch executing off the loop, nil when none
+	collect  *batch  // batch being assembled in this pass
+	quitting bool    // QUIT seen: close after flushing
+	closed   bool    // OnClose ran
+
+	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
+
+	mu   sync.Mutex
+	done *batch // guarded by mu: finished batch waiting to be collected
+	gone bool   // guarded by mu: connection closed; workers drop results
+}
+
+func newConn(s *Server, gc gnet.Conn) *conn {
+	c := &conn{srv: s, gc: gc}
+	if a := gc.RemoteAddr(); a != nil {
+		c.remote = a.String()
+	}
+	return c
+}
+
+// onTraffic collects a finished batch, serves as much input as it can, and
+// flushes the replies with one write.
+func (c *conn) onTraffic() gnet.Action {
+	c.collectDone()
+	action := c.serve()
+	if len(c.out) > 0 {
+		_, _ = c.gc.Write(c.out)
+		if cap(c.out) > 1<<20 {
+			c.out = nil
+		} else {
+			c.out = c.out[:0]
+		}
+	}
+	if c.quitting && c.inflight == nil {
+		return gnet.Close
+	}
+	limit := c.srv.opts.MaxConnBuffer
+	if c.gc.InboundBuffered() > limit || c.gc.OutboundBuffered() > limit {
+		c.srv.log.Warn("closing connection", "remote", c.remote, "reason", "buffer over limit", "limit", limit)
+		return gnet.Close
+	}
+	return action
+}
+
+// serve decodes and handles frames until the input is exhausted or
+// incomplete, or a batch goes off the loop.
+func (c *conn) serve() gnet.Action {
+	defer c.dispatch()
+	for c.inflight == nil && !c.quitting {
+		buf, _ := c.gc.Peek(-1)
+		if len(buf) == 0 {
+			c.partialSince.Store(0)
+			return gnet.None
+		}
+		var req binary.Request
+		n, err := binary.DecodeRequest(buf, uint32(c.srv.opts.MaxFrameSize), &req)
+		if err != nil {
+			if c.collect != nil {
+				return gnet.None // answer what came before first
+			}
+			return c.protocolError(&req, len(buf), err)
+		}
+		if n == 0 {
+			if c.collect == nil && c.partialSince.Load() == 0 {
+				c.partialSince.Store(c.srv.opts.Now().UnixNano())
+			}
+			return gnet.None
+		}
+		c.partialSince.Store(0)
+		if !c.handle(&req) {
+			return gnet.None // not consumed: it runs after the collected batch
+		}
+		_, _ = c.gc.Discard(n)
+	}
+	return gnet.None
+}
+
+// handle takes one decoded frame. It returns false when the frame must wait
+// for the batch being collected (it is then left in the input).
+func (c *conn) handle(req *binary.Request) bool {
+	status, reason := checkFrameInfos(req)
+	if status == binary.StatusOK {
+		if err := binary.CheckShape(req); err != nil {
+			status, reason = binary.StatusInvalidArguments, err.Error()
+		}
+	}
+	if status != binary.StatusOK {
+		if c.collect != nil {
+			return false
+		}
+		c.replyError(req, status, reason)
+		return true
+	}
+	if isData(req.Opcode) {
+		if status, reason := c.precheck(req); status != binary.StatusOK {
+			if c.collect != nil {
+				return false
+			}
+			c.replyError(req, status, reason)
+			return true
+		}
+		return c.batchData(req)
+	}
+	if c.collect != nil {
+		return false
+	}
+	c.handleControl(req)
+	return true
+}
+
+// precheck answers what can be decided on the loop before a data command
+// runs: bucket selection, access, sizes.
+func (c *conn) precheck(req *binary.Request) (binary.Status, string) {
+	if c.bucket == nil {
+		if c.user == nil && c.srv.opts.AnonymousBucket == "" {
+			return binary.StatusAccessDenied, "authenticate first: no anonymous access"
+		}
+		return binary.StatusNoBucket, "no bucket selected"
+	}
+	if c.bucket.deleted.Load() {
+		c.deselect()
+		return binary.StatusNoBucket, "the selected bucket was deleted"
+	}
+	if len(req.Value) > c.srv.opts.MaxItemSize {
+		return binary.StatusTooBig, "value too large"
+	}
+	return binary.StatusOK, ""
+}
+
+// batchData adds a data command to the batch being collected. Admission
+// (throttling, ingress) is asked here, before the command is copied.
+func (c *conn) batchData(req *binary.Request) bool {
+	b := c.collect
+	if b != nil && (len(b.reqs) >= maxBatchCommands || b.bytes+len(req.Value) > maxBatchBytes) {
+		return false
+	}
+	if !c.srv.admit(c, req) {
+		return false
+	}
+	if b == nil {
+		b = newBatch(c, c.bucket)
+		c.collect = b
+	}
+	b.add(req)
+	return true
+}
+
+// dispatch sends the collected batch to a worker.
+func (c *conn) dispatch() {
+	b := c.collect
+	if b == nil {
+		return
+	}
+	c.collect = nil
+	c.startJob(b)
+}
+
+// startJob hands b to a new worker goroutine.
+func (c *conn) startJob(b *batch) {
+	c.inflight = b
+	c.srv.jobs.Add(1)
+	go c.srv.run(b)
+}
+
+// finish is called by the worker when b is done: it hands b to the loop and
+// wakes it. After close, the batch is released here instead.
+func (c *conn) finish(b *batch) {
+	c.mu.Lock()
+	gone := c.gone
+	if !gone {
+		c.done = b
+	}
+	c.mu.Unlock()
+	if gone {
+		b.release()
+		return
+	}
+	_ = c.gc.Wake(nil)
+}
+
+// collectDone appends the finished batch's replies and applies its effects.
+func (c *conn) collectDone() {
+	c.mu.Lock()
+	b := c.done
+	c.done = nil
+	c.mu.Unlock()
+	if b == nil {
+		return
+	}
+	c.inflight = nil
+	c.out = append(c.out, b.out...)
+	if b.after != nil {
+		b.after(c)
+	}
+	b.release()
+}
+
+// close runs on the loop from OnClose.
+func (c *conn) close() {
+	c.closed = true
+	c.deselect()
+	c.mu.Lock()
+	c.gone = true
+	b := c.done
+	c.done = nil
+	c.mu.Unlock()
+	if b != nil {
+		b.release()
+	}
+}
+
+// protocolError answers an undecodable frame with 0x04 when its header can
+// be echoed, then closes the connection.
+func (c *conn) protocolError(req *binary.Request, have int, err error) gnet.Action {
+	c.srv.log.Info("closing connection", "remote", c.remote, "reason", err.Error())
+	if have >= binary.HeaderLen {
+		c.replyError(req, binary.StatusInvalidArguments, err.Error())
+	}
+	c.quitting = true
+	return gnet.None
+}
+
+func (c *conn) selectBucket(b *bucket) {
+	c.deselect()
+	c.bucket = b
+	b.clients.Add(1)
+}
+
+func (c *conn) deselect() {
+	if c.bucket != nil {
+		c.bucket.clients.Add(-1)
+		c.bucket = nil
+	}
+}
+
+// isData reports whether op is a data command: one that reads or writes
+// items, is metered, throttled and admitted.
+func isData(op binary.Opcode) bool {
+	switch op.NonQuiet() {
+	case binary.OpGet, binary.OpGetK, binary.OpSet, binary.OpAdd, binary.OpReplace,
+		binary.OpDelete, binary.OpIncrement, binary.OpDecrement, binary.OpAppend,
+		binary.OpPrepend, binary.OpTouch, binary.OpGAT:
+		return true
+	}
+	return false
+}
+
+// checkFrameInfos validates an alt request's frame infos: 0 (barrier) is
+// accepted (kvd always executes in order), the other known ids are not
+// supported, anything else is unknown.
+func checkFrameInfos(req *binary.Request) (binary.Status, string) {
+	fi := req.FrameInfo
+	for len(fi) > 0 {
+		id, _, rest, err := binary.NextFrameInfo(fi)
+		if err != nil {
+			return binary.StatusInvalidArguments, err.Error()
+		}
+		switch {
+		case id == 0:
+		case id <= 5:
+			return binary.StatusNotSupported, "frame info not supported"
+		default:
+			return binary.StatusUnknownFrameInfo, "unknown frame info"
+		}
+		fi = rest
+	}
+	return binary.StatusOK, ""
+}

@@ -1,0 +1,130 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"kvd/tenant"
+)
+
+// Version is what VERSION and STAT report.
+const Version = "kvd-0.1.0"
+
+// BucketSettings are a bucket's throttle and queue settings (see package
+// tenant).
+type BucketSettings = tenant.Settings
+
+// Unlimited is the "unlimited" value of a reserved or hard limit.
+const Unlimited = tenant.Unlimited
+
+// BucketSpec is a bucket the server makes sure exists when it starts.
+type BucketSpec struct {
+	Name     string
+	Settings BucketSettings
+}
+
+// UserSpec is a configured user, as the config file states it.
+type UserSpec struct {
+	Name         string
+	Password     string // plain, for development: logged as a warning
+	PasswordHash string // argon2id PHC or bcrypt
+	Buckets      []string
+	Privileges   []string
+}
+
+// Options configures New. Zero values take the defaults documented on each
+// field (EnsureDefaults); Validate reports what cannot work.
+type Options struct {
+	// Listen is the protocol address. Default "127.0.0.1:11211".
+	Listen string
+	// Loops is the number of gnet event loops. Default GOMAXPROCS.
+	Loops int
+	// DataDir is the Pebble directory. Default "./data".
+	DataDir string
+	// DisableWALSync acknowledges mutations before their WAL write is
+	// fsynced: faster, but a crash or power loss can lose the last
+	// acknowledged writes. Default false (every ack is durable).
+	DisableWALSync bool
+	// CacheSize is Pebble's block cache in bytes. Default 64 MiB.
+	CacheSize int64
+	// Users are the configured users. Default: none.
+	Users []UserSpec
+	// Buckets are created at start when the engine does not have them yet.
+	// Buckets the engine already has keep their persisted settings.
+	Buckets []BucketSpec
+	// DefaultSettings apply to buckets created without explicit settings.
+	DefaultSettings tenant.Settings
+	// AnonymousBucket, when set, is selected for unauthenticated connections.
+	AnonymousBucket string
+	// MaxConnections bounds open connections node-wide. Default 10000.
+	MaxConnections int
+	// MaxConnectionsPerBucket bounds connections that select one bucket;
+	// privileged users are exempt. Default 600.
+	MaxConnectionsPerBucket int
+	// IdleTimeout closes a connection that holds an unfinished frame this
+	// long. Default 60s.
+	IdleTimeout time.Duration
+	// MaxFrameSize is the largest frame body accepted. Default 20 MiB.
+	MaxFrameSize int
+	// MaxItemSize is the largest value stored. Default 1 MiB.
+	MaxItemSize int
+	// MaxConnBuffer closes a connection whose unread input or unsent output
+	// passes it. Default 64 MiB.
+	MaxConnBuffer int
+	// Logger receives admin changes and errors. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:11211"
+	}
+	if o.Loops <= 0 {
+		o.Loops = runtime.GOMAXPROCS(0)
+	}
+	if o.DataDir == "" {
+		o.DataDir = "./data"
+	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = 10000
+	}
+	if o.MaxConnectionsPerBucket <= 0 {
+		o.MaxConnectionsPerBucket = 600
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 60 * time.Second
+	}
+	if o.MaxFrameSize <= 0 {
+		o.MaxFrameSize = 20 << 20
+	}
+	if o.MaxItemSize <= 0 {
+		o.MaxItemSize = 1 << 20
+	}
+	if o.MaxConnBuffer <= 0 {
+		o.MaxConnBuffer = 64 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Validate reports options that cannot work.
+func (o *Options) Validate() error {
+	if o.MaxItemSize > o.MaxFrameSize {
+		return fmt.Errorf("server: max item size %d exceeds max frame size %d", o.MaxItemSize, o.MaxFrameSize)
+	}
+	if o.AnonymousBucket != "" {
+		if err := tenant.ValidBucketName(o.AnonymousBucket); err != nil {
+			return fmt.Errorf("server: anonymous bucket: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,265 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"kvd/engine"
+	"kvd/tenant"
+)
+
+// Server is a running kvd front end. Create it with New, start it with
+// Start, stop it with Shutdown. Its methods are safe for concurrent use.
+type Server struct {
+	gnet.BuiltinEventEngine
+
+	opts    Options
+	log     *slog.Logger
+	db      *engine.DB
+	users   *tenant.Users
+	buckets registry
+	started time.Time
+	pid     int
+
+	eng      gnet.Engine
+	booted   chan struct{}
+	runErr   chan error
+	stopping atomic.Bool
+
+	conns      connSet
+	currConns  atomic.Int64
+	totalConns atomic.Int64
+	jobs       sync.WaitGroup // batches executing off the loops
+
+	stopSweep chan struct{}
+	sweepDone chan struct{}
+}
+
+// New validates opts, opens the engine, loads the buckets and returns a
+// server ready to Start.
+func New(opts Options) (*Server, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	users, err := newUsers(opts.Users, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	db, err := engine.Open(engine.Options{
+		Dir:          opts.DataDir,
+		WALSync:      !opts.DisableWALSync,
+		CacheSize:    opts.CacheSize,
+		MaxValueSize: opts.MaxItemSize,
+		Logger:       opts.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		opts:      opts,
+		log:       opts.Logger,
+		db:        db,
+		users:     users,
+		pid:       os.Getpid(),
+		booted:    make(chan struct{}),
+		runErr:    make(chan error, 1),
+		stopSweep: make(chan struct{}),
+		sweepDone: make(chan struct{}),
+	}
+	if err := s.loadBuckets(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// newUsers builds the user set, warning about plain-text passwords.
+func newUsers(specs []UserSpec, log *slog.Logger) (*tenant.Users, error) {
+	list := make([]*tenant.User, 0, len(specs))
+	for _, u := range specs {
+		user, err := tenant.NewUser(u.Name, u.Password, u.PasswordHash, u.Buckets, u.Privileges)
+		if err != nil {
+			return nil, err
+		}
+		if user.UsesPlainPassword() {
+			log.Warn("user has a plain-text password; use password_hash in production", "user", u.Name)
+		}
+		list = append(list, user)
+	}
+	return tenant.NewUsers(list)
+}
+
+// Start begins serving and returns once the listener is bound.
+func (s *Server) Start() error {
+	s.started = s.opts.Now()
+	go func() {
+		s.runErr <- gnet.Run(s, "tcp://"+s.opts.Listen,
+			gnet.WithMulticore(true),
+			gnet.WithNumEventLoop(s.opts.Loops),
+			gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+			gnet.WithReuseAddr(true),
+			gnet.WithLogger(gnetLogger{s.log}),
+		)
+	}()
+	select {
+	case <-s.booted:
+	case err := <-s.runErr:
+		return fmt.Errorf("server: listen %s: %w", s.opts.Listen, err)
+	}
+	go s.sweep()
+	return nil
+}
+
+// Addr is the protocol address the server listens on.
+func (s *Server) Addr() string { return s.opts.Listen }
+
+// Shutdown stops accepting, closes connections, waits for commands in flight
+// to finish (their mutations are durable), and closes the engine, which
+// flushes Pebble.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if !s.stopping.CompareAndSwap(false, true) {
+		return errors.New("server: already shut down")
+	}
+	close(s.stopSweep)
+	<-s.sweepDone
+	err := s.eng.Stop(ctx)
+	if rerr := <-s.runErr; err == nil && rerr != nil && !errors.Is(rerr, context.Canceled) {
+		err = rerr
+	}
+	waited := make(chan struct{})
+	go func() { s.jobs.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Close releases the engine of a server that was never started.
+func (s *Server) Close() error { return s.db.Close() }
+
+// OnBoot records the engine handle.
+func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
+	s.eng = eng
+	close(s.booted)
+	return gnet.None
+}
+
+// OnOpen admits a connection within max_connections and selects the
+// anonymous bucket for it.
+func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
+	if s.currConns.Add(1) > int64(s.opts.MaxConnections) || s.stopping.Load() {
+		s.currConns.Add(-1)
+		s.log.Warn("connection refused", "remote", gc.RemoteAddr().String(),
+			"reason", "max_connections", "limit", s.opts.MaxConnections)
+		return nil, gnet.Close
+	}
+	s.totalConns.Add(1)
+	c := newConn(s, gc)
+	gc.SetContext(c)
+	s.conns.add(c)
+	if name := s.opts.AnonymousBucket; name != "" {
+		if b, ok := s.buckets.get(name); ok {
+			c.selectBucket(b)
+		}
+	}
+	return nil, gnet.None
+}
+
+// OnClose releases the connection's state. A batch still in flight finishes
+// on its worker and is dropped there.
+func (s *Server) OnClose(gc gnet.Conn, _ error) gnet.Action {
+	c, ok := gc.Context().(*conn)
+	if !ok {
+		return gnet.None
+	}
+	s.conns.remove(c)
+	c.close()
+	s.currConns.Add(-1)
+	return gnet.None
+}
+
+// OnTraffic runs whenever the connection has input or a worker woke it.
+func (s *Server) OnTraffic(gc gnet.Conn) gnet.Action {
+	c, ok := gc.Context().(*conn)
+	if !ok {
+		return gnet.Close
+	}
+	return c.onTraffic()
+}
+
+// sweep closes connections that have held an unfinished frame longer than
+// the idle timeout. It only reads atomics and calls the concurrency-safe
+// Close; all other connection state stays with the loops.
+func (s *Server) sweep() {
+	defer close(s.sweepDone)
+	period := min(s.opts.IdleTimeout/4, time.Second)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopSweep:
+			return
+		case now := <-t.C:
+			s.conns.closeIdle(now.Add(-s.opts.IdleTimeout).UnixNano(), s.log)
+		}
+	}
+}
+
+// connSet is the set of open connections, for the idle sweep and stats.
+type connSet struct {
+	mu sync.Mutex
+	m  map[*conn]struct{} // guarded by mu
+}
+
+func (cs *connSet) add(c *conn) {
+	cs.mu.Lock()
+	if cs.m == nil {
+		cs.m = make(map[*conn]struct{})
+	}
+	cs.m[c] = struct{}{}
+	cs.mu.Unlock()
+}
+
+func (cs *connSet) remove(c *conn) {
+	cs.mu.Lock()
+	delete(cs.m, c)
+	cs.mu.Unlock()
+}
+
+func (cs *connSet) closeIdle(before int64, log *slog.Logger) {
+	cs.mu.Lock()
+	var idle []*conn
+	for c := range cs.m {
+		if p := c.partialSince.Load(); p != 0 && p < before {
+			idle = append(idle, c)
+		}
+	}
+	cs.mu.Unlock()
+	for _, c := range idle {
+		log.Info("closing connection", "remote", c.remote, "reason", "unfinished frame past idle timeout")
+		_ = c.gc.Close()
+	}
+}
+
+// gnetLogger routes gnet's own logging to slog.
+type gnetLogger struct{ l *slog.Logger }
+
+func (g gnetLogger) Debugf(f string, a ...any) { g.l.Debug(fmt.Sprintf(f, a...), "component", "gnet") }
+func (g gnetLogger) Infof(f string, a ...any)  { g.l.Debug(fmt.Sprintf(f, a...), "component", "gnet") }
+func (g gnetLogger) Warnf(f string, a ...any)  { g.l.Warn(fmt.Sprintf(f, a...), "component", "gnet") }
+func (g gnetLogger) Errorf(f string, a ...any) { g.l.Error(fmt.Sprintf(f, a...), "component", "gnet") }
+func (g gnetLogger) Fatalf(f string, a ...any) { g.l.Error(fmt.Sprintf(f, a...), "component", "gnet") }

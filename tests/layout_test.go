@@ -1,0 +1,77 @@
+package tests
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// allowedImports is STYLE.md's dependency direction: for each kvd package,
+// the kvd packages and third-party module prefixes it may import. The
+// standard library is always allowed. Packages not listed (tests) are free.
+var allowedImports = map[string][]string{
+	"kvd/protocol/binary": {},
+	"kvd/gauge":           {},
+	"kvd/probe":           {},
+	"kvd/config":          {},
+	"kvd/engine":          {"github.com/cockroachdb/pebble/v2"},
+	"kvd/tenant":          {"kvd/gauge", "golang.org/x/crypto"},
+	"kvd/ingress":         {"kvd/probe", "kvd/gauge"},
+	"kvd/server": {"kvd/protocol/binary", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/probe",
+		"kvd/gauge", "github.com/panjf2000/gnet/v2", "github.com/tidwall/gjson",
+		"github.com/prometheus/client_golang", "github.com/cockroachdb/pebble/v2"},
+	"kvd/cmd/kvd":     {"kvd/config", "kvd/server", "github.com/prometheus/client_golang"},
+	"kvd/cmd/kvctl":   {"kvd/protocol/binary", "kvd/tenant"},
+	"kvd/cmd/kvbench": {"kvd/protocol/binary", "gonum.org/v1/plot"},
+}
+
+type listedPackage struct {
+	ImportPath string
+	Imports    []string
+}
+
+// TestImportDirection fails when a package imports against the house
+// dependency direction, or when a new package appears without a rule.
+func TestImportDirection(t *testing.T) {
+	out, err := exec.Command("go", "list", "-json", "kvd/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if p.ImportPath == "kvd/tests" {
+			continue
+		}
+		allowed, ok := allowedImports[p.ImportPath]
+		if !ok {
+			t.Errorf("package %s has no import rule in allowedImports: add one that follows STYLE.md", p.ImportPath)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if !importAllowed(imp, allowed) {
+				t.Errorf("%s imports %s: not allowed by STYLE.md's dependency direction", p.ImportPath, imp)
+			}
+		}
+	}
+}
+
+func importAllowed(imp string, allowed []string) bool {
+	first, _, _ := strings.Cut(imp, "/")
+	if !strings.Contains(first, ".") && first != "kvd" {
+		return true // standard library
+	}
+	for _, a := range allowed {
+		if imp == a || strings.HasPrefix(imp, a+"/") {
+			return true
+		}
+	}
+	return false
+}
