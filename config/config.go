@@ -1,0 +1,218 @@
+package config
+
+import (
+	_ "embed" // for Embedded
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strconv"
+)
+
+// Embedded is the shipped config/serverless.json, compiled in. The daemon
+// parses it when no config file exists at the default path.
+//
+//go:embed serverless.json
+var Embedded []byte
+
+// Errors returned by Parse, Load and Validate. Each is wrapped with the
+// field's full path (e.g. "ingress.probe.min", "buckets[1].hard_limit")
+// and the reason; compare with errors.Is. Validate joins every problem it
+// finds with errors.Join.
+var (
+	// ErrSyntax: the input is not one well-formed JSON object.
+	ErrSyntax = errors.New("config: invalid JSON")
+	// ErrUnknownField: a key the format does not define (typos and
+	// wrong case included).
+	ErrUnknownField = errors.New("config: unknown field")
+	// ErrDuplicateField: a key given twice in one object.
+	ErrDuplicateField = errors.New("config: duplicate field")
+	// ErrType: a value of the wrong JSON type or range for its field.
+	ErrType = errors.New("config: wrong type")
+	// ErrInvalid: well-typed values that break a rule (a size of 0,
+	// reserved > hard_limit, a duplicate bucket...).
+	ErrInvalid = errors.New("config: invalid value")
+)
+
+// Unlimited is the Limit value written "unlimited" in the file.
+const Unlimited int64 = -1
+
+// Limit is a units-per-second limit: a non-negative integer, or Unlimited,
+// written "unlimited" in JSON. Anything else (negatives, fractions, other
+// strings) fails to decode with an error that names the field.
+type Limit int64
+
+// IsUnlimited reports whether l is Unlimited.
+func (l Limit) IsUnlimited() bool { return int64(l) == Unlimited }
+
+// String returns "unlimited" or the number.
+func (l Limit) String() string {
+	if l.IsUnlimited() {
+		return "unlimited"
+	}
+	return strconv.FormatInt(int64(l), 10)
+}
+
+// MarshalJSON writes a number or "unlimited".
+func (l Limit) MarshalJSON() ([]byte, error) {
+	if l.IsUnlimited() {
+		return []byte(`"unlimited"`), nil
+	}
+	if l < 0 {
+		return nil, fmt.Errorf("%w: limit %d is negative", ErrInvalid, int64(l))
+	}
+	return strconv.AppendInt(nil, int64(l), 10), nil
+}
+
+// UnmarshalJSON accepts a non-negative integer or "unlimited". It reports
+// anything else as a *json.UnmarshalTypeError so that encoding/json adds
+// the field's name.
+func (l *Limit) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // like encoding/json for other types: leave as is
+	}
+	if string(b) == `"unlimited"` {
+		*l = Limit(Unlimited)
+		return nil
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || n < 0 {
+		return &json.UnmarshalTypeError{Value: describeJSON(b), Type: reflect.TypeFor[Limit]()}
+	}
+	*l = Limit(n)
+	return nil
+}
+
+// Probe configures the ingress throughput prober (SPEC section 6). Min and
+// Max bound each pool; Initial is the starting total of both pools, 0 for
+// 2×GOMAXPROCS (the prober clamps that to [2·Min, 2·Max]).
+type Probe struct {
+	IntervalMS     int     `json:"interval_ms"`      // 100
+	Min            int     `json:"min"`              // per pool, 4
+	Max            int     `json:"max"`              // per pool, 128
+	Initial        int     `json:"initial"`          // both pools, 0 = 2×GOMAXPROCS
+	ReadWriteRatio float64 `json:"read_write_ratio"` // read share, 0.5
+	EMAWeight      float64 `json:"ema_weight"`       // 0.2
+	Step           float64 `json:"step"`             // 0.1
+}
+
+// Ingress configures ticketed admission (SPEC section 6).
+type Ingress struct {
+	Tickets        int64 `json:"tickets"`          // node-wide cap on in-flight commands, 1000000
+	MaxQueueDepth  int   `json:"max_queue_depth"`  // 100000; 0 = reject when no ticket is free
+	QueueTimeoutMS int   `json:"queue_timeout_ms"` // 10000
+	Probe          Probe `json:"probe"`
+}
+
+// Bucket is one bucket created at start-up. Reserved and HardLimit are nil
+// when the file leaves them out (the node defaults apply). The other fields
+// are SPEC section 7's; 0 means "no per-bucket limit", except that
+// QueueTimeoutMS 0 means the node's ingress.queue_timeout_ms and
+// DeadlinePercentile 0 the deadline gate's default.
+type Bucket struct {
+	Name                string `json:"name"`
+	Reserved            *Limit `json:"reserved,omitempty"`
+	HardLimit           *Limit `json:"hard_limit,omitempty"`
+	MaxConcurrent       int    `json:"max_concurrent,omitempty"`
+	MaxQueued           int    `json:"max_queued,omitempty"`
+	QueueTimeoutMS      int    `json:"queue_timeout_ms,omitempty"`
+	DeadlineMS          int    `json:"deadline_ms,omitempty"`
+	DeadlinePercentile  int    `json:"deadline_percentile,omitempty"`
+	ExpectedExecutionUS int64  `json:"expected_execution_us,omitempty"`
+}
+
+// User is one account. Exactly one of Password (plain, for development)
+// and PasswordHash (argon2id or bcrypt PHC string) is set. Buckets may hold
+// "*" for all buckets. Privilege names and the hash's form are checked by
+// package tenant when the daemon builds the user, not here.
+type User struct {
+	Name         string   `json:"name"`
+	Password     string   `json:"password,omitempty"`
+	PasswordHash string   `json:"password_hash,omitempty"`
+	Buckets      []string `json:"buckets,omitempty"`
+	Privileges   []string `json:"privileges,omitempty"`
+}
+
+// File is the whole config file. Field comments give the defaults Default
+// fills in; Validate states the rules.
+type File struct {
+	NodeCapacity                 int64 `json:"node_capacity"`                   // units/s, 25000
+	DefaultThrottleReservedUnits Limit `json:"default_throttle_reserved_units"` // 1666
+	DefaultThrottleHardLimit     Limit `json:"default_throttle_hard_limit"`     // unlimited
+	ReadUnitSize                 int   `json:"read_unit_size"`                  // bytes per RU, 4096
+	WriteUnitSize                int   `json:"write_unit_size"`                 // bytes per WU, 1024
+	MaxConnectionsPerBucket      int   `json:"max_connections_per_bucket"`      // 600
+	MaxConnections               int   `json:"max_connections"`                 // 10000
+	MaxThrottleWaitMS            int   `json:"max_throttle_wait_ms"`            // 30000
+	MaxItemSize                  int   `json:"max_item_size"`                   // 1 MiB
+	MaxFrameSize                 int   `json:"max_frame_size"`                  // 20 MiB
+	IdleTimeoutMS                int   `json:"idle_timeout_ms"`                 // 60000
+	MaxInflightBytes             int64 `json:"max_inflight_bytes"`              // 0 = no limit
+	WALSync                      bool  `json:"wal_sync"`                        // true
+
+	// AnonymousBucket, if set, is the bucket unauthenticated connections
+	// start selected on; "" means no anonymous access.
+	AnonymousBucket string   `json:"anonymous_bucket,omitempty"`
+	Ingress         Ingress  `json:"ingress"`
+	Buckets         []Bucket `json:"buckets,omitempty"`
+	Users           []User   `json:"users,omitempty"`
+}
+
+// Default returns a File with every default and no buckets or users.
+func Default() *File {
+	return &File{
+		NodeCapacity:                 25000,
+		DefaultThrottleReservedUnits: 1666,
+		DefaultThrottleHardLimit:     Limit(Unlimited),
+		ReadUnitSize:                 4096,
+		WriteUnitSize:                1024,
+		MaxConnectionsPerBucket:      600,
+		MaxConnections:               10000,
+		MaxThrottleWaitMS:            30000,
+		MaxItemSize:                  1 << 20,
+		MaxFrameSize:                 20 << 20,
+		IdleTimeoutMS:                60000,
+		WALSync:                      true,
+		Ingress: Ingress{
+			Tickets:        1000000,
+			MaxQueueDepth:  100000,
+			QueueTimeoutMS: 10000,
+			Probe: Probe{
+				IntervalMS:     100,
+				Min:            4,
+				Max:            128,
+				ReadWriteRatio: 0.5,
+				EMAWeight:      0.2,
+				Step:           0.1,
+			},
+		},
+	}
+}
+
+// Parse decodes a config file strictly over Default's values and
+// validates the result. Errors wrap ErrSyntax, ErrUnknownField, ErrType or
+// ErrInvalid and name the field by its full path.
+func Parse(data []byte) (*File, error) {
+	f := Default()
+	if err := decodeFile(data, f); err != nil {
+		return nil, err
+	}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Load reads and parses the file at path; errors start with the path.
+func Load(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	f, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
+}
