@@ -88,5 +88,5 @@ func (c *conn) who() string {
 
 // defaultSettings are the settings a bucket created without any gets.
 func (s *Server) defaultSettings() tenant.Settings {
-	return s.opts.DefaultSettings
+	return *s.defaults.Load()
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"time"
 
 	"kvd/protocol/binary"
 )
@@ -22,7 +23,11 @@ type request struct {
 	flags  uint32
 	num    uint64 // INCR/DECR result
 	res    []byte // value read (GET, GAT)
+	size   int    // resulting value length (APPEND, PREPEND)
 	mut    bool   // a mutation succeeded: needs the WAL sync before its ack
+
+	ru, wu    int64         // units charged
+	throttled time.Duration // how long throttling held it
 }
 
 // header is what a reply needs to echo.
@@ -54,6 +59,7 @@ func newRequest(req *binary.Request) *request {
 
 func (r *request) release() {
 	r.status, r.reason, r.cas, r.flags, r.num, r.mut = 0, "", 0, 0, 0, false
+	r.size, r.ru, r.wu, r.throttled = 0, 0, 0, 0
 	r.res = r.res[:0]
 	if cap(r.buf) > 64<<10 {
 		r.buf = nil
@@ -88,9 +94,11 @@ func newBatch(c *conn, bk *bucket) *batch {
 	return b
 }
 
-func (b *batch) add(req *binary.Request) {
-	b.reqs = append(b.reqs, newRequest(req))
+func (b *batch) add(req *binary.Request) *request {
+	r := newRequest(req)
+	b.reqs = append(b.reqs, r)
 	b.bytes += len(req.Value)
+	return r
 }
 
 func (b *batch) release() {
@@ -125,6 +133,7 @@ func (s *Server) execBatch(b *batch) {
 	mutated := false
 	for _, r := range b.reqs {
 		s.exec(b.bucket, r, now)
+		s.meter(b.bucket, r)
 		mutated = mutated || r.mut
 	}
 	if mutated {

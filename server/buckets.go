@@ -17,16 +17,17 @@ type bucket struct {
 	store    *engine.Bucket
 	settings atomic.Pointer[tenant.Settings]
 	deleted  atomic.Bool
-	clients  atomic.Int64 // connections that have it selected
+	thr      *tenant.BucketThrottle
+	parked   parked
 
 	cmdGet, cmdSet, getHits, getMisses atomic.Int64
 	cmdTouch, touchHits, touchMisses   atomic.Int64
-	numCommands                        atomic.Int64
 }
 
-func newBucket(store *engine.Bucket, s tenant.Settings) *bucket {
+func (s *Server) newBucket(store *engine.Bucket, set tenant.Settings) *bucket {
 	b := &bucket{name: store.Name(), store: store}
-	b.settings.Store(&s)
+	b.settings.Store(&set)
+	b.thr = s.throttle.Add(b.name, set.Reserved, set.HardLimit)
 	return b
 }
 
@@ -61,6 +62,17 @@ func (r *registry) remove(name string) (*bucket, bool) {
 	return b, ok
 }
 
+// all returns the registered buckets.
+func (r *registry) all() []*bucket {
+	r.mu.RLock()
+	out := make([]*bucket, 0, len(r.m))
+	for _, b := range r.m {
+		out = append(out, b)
+	}
+	r.mu.RUnlock()
+	return out
+}
+
 // names returns the sorted bucket names for which keep returns true.
 func (r *registry) names(keep func(string) bool) []string {
 	r.mu.RLock()
@@ -79,7 +91,7 @@ func (r *registry) names(keep func(string) bool) []string {
 // configured ones it does not have yet.
 func (s *Server) loadBuckets() error {
 	for _, info := range s.db.Buckets() {
-		set, err := tenant.ParseSettings(info.Settings, s.opts.DefaultSettings)
+		set, err := tenant.ParseSettings(info.Settings, s.defaultSettings())
 		if err != nil {
 			return fmt.Errorf("server: persisted settings of bucket %q: %w", info.Name, err)
 		}
@@ -87,7 +99,7 @@ func (s *Server) loadBuckets() error {
 		if err != nil {
 			return err
 		}
-		s.buckets.put(newBucket(store, set))
+		s.buckets.put(s.newBucket(store, set))
 	}
 	for _, spec := range s.opts.Buckets {
 		if _, ok := s.buckets.get(spec.Name); ok {
@@ -111,7 +123,7 @@ func (s *Server) createBucket(name string, set tenant.Settings) (*bucket, error)
 	if err != nil {
 		return nil, err
 	}
-	b := newBucket(store, set)
+	b := s.newBucket(store, set)
 	s.buckets.put(b)
 	return b, nil
 }
@@ -123,6 +135,8 @@ func (s *Server) deleteBucket(name string) error {
 	b, ok := s.buckets.remove(name)
 	if ok {
 		b.deleted.Store(true)
+		s.throttle.Remove(b.thr)
+		b.wakeParked()
 	}
 	return s.db.DeleteBucket(name)
 }

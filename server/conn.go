@@ -3,6 +3,7 @@ package server
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
 
@@ -24,6 +25,8 @@ const (
 	featSelectBucket
 	featJSON
 	featAltRequest
+	featReportUnits
+	featNonBlocking
 )
 
 // conn is one client connection. Fields above mu belong to the event loop;
@@ -34,9 +37,13 @@ type conn struct {
 	gc     gnet.Conn
 	remote string
 
-	user     *tenant.User // nil until SASL succeeds
-	bucket   *bucket      // selected bucket, nil for none
-	features features
+	user        *tenant.User // nil until SASL succeeds
+	unthrottled bool         // user has the Unthrottled privilege
+	bucket      *bucket      // selected bucket, nil for none
+	features    features
+
+	parkedSince  time.Time     // when the head command was first throttled; zero when not
+	throttledFor time.Duration // how long the next batched command was held
 	out      []byte  // replies of this pass, written once at the end
 	inflight *batch  // batch executing off the loop, nil when none
 	collect  *batch  // batch being assembled in this pass
@@ -44,6 +51,7 @@ type conn struct {
 	closed   bool    // OnClose ran
 
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
+	parked       atomic.Bool  // registered in its bucket's parked set
 
 	mu   sync.Mutex
 	done *batch // guarded by mu: finished batch waiting to be collected
@@ -174,14 +182,17 @@ func (c *conn) batchData(req *binary.Request) bool {
 	if b != nil && (len(b.reqs) >= maxBatchCommands || b.bytes+len(req.Value) > maxBatchBytes) {
 		return false
 	}
-	if !c.srv.admit(c, req) {
+	switch c.srv.admit(c, req) {
+	case admitWait:
 		return false
+	case admitAnswered:
+		return true
 	}
 	if b == nil {
 		b = newBatch(c, c.bucket)
 		c.collect = b
 	}
-	b.add(req)
+	b.add(req).throttled, c.throttledFor = c.throttledFor, 0
 	return true
 }
 
@@ -263,13 +274,14 @@ func (c *conn) protocolError(req *binary.Request, have int, err error) gnet.Acti
 func (c *conn) selectBucket(b *bucket) {
 	c.deselect()
 	c.bucket = b
-	b.clients.Add(1)
+	b.thr.Attach()
 }
 
 func (c *conn) deselect() {
 	if c.bucket != nil {
-		c.bucket.clients.Add(-1)
+		c.bucket.thr.Detach()
 		c.bucket = nil
+		c.parkedSince = time.Time{}
 	}
 }
 

@@ -19,6 +19,8 @@ var helloFeatures = map[uint16]features{
 	0x08: featSelectBucket,
 	0x0b: featJSON,
 	0x10: featAltRequest,
+	0x1a: featReportUnits,
+	0x1b: featNonBlocking,
 }
 
 // handleControl answers a command that is not a data command. Those that do
@@ -53,8 +55,10 @@ func (c *conn) handleControl(req *mc.Request) {
 		c.flush(req)
 	case mc.OpStat:
 		c.stats(req)
-	case mc.OpSetBucketThrottle, mc.OpSetNodeThrottle:
-		c.replyError(req, mc.StatusNotSupported, "throttle settings are not implemented yet")
+	case mc.OpSetBucketThrottle:
+		c.setBucketThrottle(req)
+	case mc.OpSetNodeThrottle:
+		c.setNodeThrottle(req)
 	default:
 		c.replyError(req, mc.StatusUnknownCommand, "Unknown command")
 	}
@@ -107,6 +111,7 @@ func (c *conn) saslAuth(req *mc.Request) {
 // bucket named after the user when there is one the user may use.
 func (c *conn) login(user *tenant.User) {
 	c.user = user
+	c.unthrottled = user.Privileges.Has(tenant.PrivUnthrottled)
 	c.deselect()
 	if b, ok := c.srv.buckets.get(user.Name); ok && user.CanSelect(b.name) {
 		c.selectBucket(b)
@@ -142,7 +147,7 @@ func (c *conn) selectByName(req *mc.Request) {
 		return
 	}
 	exempt := c.privileged(tenant.PrivUnthrottled) || c.privileged(tenant.PrivBucketThrottleManagement)
-	if limit := int64(c.srv.opts.MaxConnectionsPerBucket); !exempt && c.bucket != b && b.clients.Load() >= limit {
+	if limit := int64(c.srv.opts.MaxConnectionsPerBucket); !exempt && c.bucket != b && b.thr.Clients() >= limit {
 		c.replyError(req, mc.StatusBusy, "too many connections to bucket "+name)
 		return
 	}

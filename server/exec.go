@@ -30,7 +30,6 @@ func expiryAt(exp, now uint32) uint32 {
 // exec runs one data command against bk on a worker goroutine, recording
 // its result in r.
 func (s *Server) exec(bk *bucket, r *request, now uint32) {
-	bk.numCommands.Add(1)
 	op := r.hdr.op.NonQuiet()
 	var err error
 	switch op {
@@ -43,6 +42,7 @@ func (s *Server) exec(bk *bucket, r *request, now uint32) {
 	case binary.OpAppend, binary.OpPrepend:
 		bk.cmdSet.Add(1)
 		r.cas, err = bk.store.Store(storeMode(op), r.key, r.value, 0, 0, r.hdr.cas, now)
+		r.size = len(r.value) // TODO(engine): the resulting length, for exact units
 	case binary.OpDelete:
 		err = bk.store.Delete(r.key, r.hdr.cas, now)
 	case binary.OpIncrement, binary.OpDecrement:
@@ -119,19 +119,22 @@ func (c *conn) appendResult(dst []byte, r *request) []byte {
 		return c.appendError(dst, h, r.status, r.reason, key)
 	}
 	switch {
+	case op == binary.OpTouch && !quiet:
+		var ex [4]byte // memcached answers TOUCH with the item's flags
+		return c.appendMetered(dst, r, r.cas, binary.AppendUint32(ex[:0], r.flags), nil, nil)
 	case isRead:
 		var key []byte
 		if op == binary.OpGetK {
 			key = r.key
 		}
 		var ex [4]byte
-		return c.appendReply(dst, h, binary.StatusOK, r.cas, binary.AppendUint32(ex[:0], r.flags), key, r.res)
+		return c.appendMetered(dst, r, r.cas, binary.AppendUint32(ex[:0], r.flags), key, r.res)
 	case quiet:
 		return dst
 	case op == binary.OpIncrement || op == binary.OpDecrement:
 		var v [8]byte
-		return c.appendReply(dst, h, binary.StatusOK, r.cas, nil, nil, binary.AppendUint64(v[:0], r.num))
+		return c.appendMetered(dst, r, r.cas, nil, nil, binary.AppendUint64(v[:0], r.num))
 	default:
-		return c.appendReply(dst, h, binary.StatusOK, r.cas, nil, nil, nil)
+		return c.appendMetered(dst, r, r.cas, nil, nil, nil)
 	}
 }

@@ -73,6 +73,14 @@ type Options struct {
 	// MaxConnBuffer closes a connection whose unread input or unsent output
 	// passes it. Default 64 MiB.
 	MaxConnBuffer int
+	// NodeCapacity is the node's units per second. Default 25000.
+	NodeCapacity int64
+	// ReadUnitSize and WriteUnitSize are the bytes per read and write unit.
+	// Defaults 4096 and 1024.
+	ReadUnitSize, WriteUnitSize int
+	// MaxThrottleWait is the longest a throttled command stays parked
+	// before it is answered 0x86. Default 30s.
+	MaxThrottleWait time.Duration
 	// Logger receives admin changes and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -107,6 +115,18 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.MaxConnBuffer <= 0 {
 		o.MaxConnBuffer = 64 << 20
+	}
+	if o.NodeCapacity <= 0 {
+		o.NodeCapacity = 25000
+	}
+	if o.ReadUnitSize <= 0 {
+		o.ReadUnitSize = 4096
+	}
+	if o.WriteUnitSize <= 0 {
+		o.WriteUnitSize = 1024
+	}
+	if o.MaxThrottleWait <= 0 {
+		o.MaxThrottleWait = 30 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

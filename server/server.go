@@ -25,8 +25,10 @@ type Server struct {
 	log     *slog.Logger
 	db      *engine.DB
 	users   *tenant.Users
-	buckets registry
-	started time.Time
+	buckets  registry
+	throttle *tenant.Throttle
+	defaults atomic.Pointer[tenant.Settings] // settings of buckets created without any
+	started  time.Time
 	pid     int
 
 	eng      gnet.Engine
@@ -39,8 +41,8 @@ type Server struct {
 	totalConns atomic.Int64
 	jobs       sync.WaitGroup // batches executing off the loops
 
-	stopSweep chan struct{}
-	sweepDone chan struct{}
+	stopHouse chan struct{}
+	houseDone chan struct{}
 }
 
 // New validates opts, opens the engine, loads the buckets and returns a
@@ -72,8 +74,14 @@ func New(opts Options) (*Server, error) {
 		pid:       os.Getpid(),
 		booted:    make(chan struct{}),
 		runErr:    make(chan error, 1),
-		stopSweep: make(chan struct{}),
-		sweepDone: make(chan struct{}),
+		stopHouse: make(chan struct{}),
+		houseDone: make(chan struct{}),
+		throttle:  newThrottle(&opts),
+	}
+	s.defaults.Store(&opts.DefaultSettings)
+	if err := s.loadNodeSettings(); err != nil {
+		_ = db.Close()
+		return nil, err
 	}
 	if err := s.loadBuckets(); err != nil {
 		_ = db.Close()
@@ -115,7 +123,7 @@ func (s *Server) Start() error {
 	case err := <-s.runErr:
 		return fmt.Errorf("server: listen %s: %w", s.opts.Listen, err)
 	}
-	go s.sweep()
+	go s.housekeeping()
 	return nil
 }
 
@@ -129,8 +137,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if !s.stopping.CompareAndSwap(false, true) {
 		return errors.New("server: already shut down")
 	}
-	close(s.stopSweep)
-	<-s.sweepDone
+	close(s.stopHouse)
+	<-s.houseDone
 	err := s.eng.Stop(ctx)
 	if rerr := <-s.runErr; err == nil && rerr != nil && !errors.Is(rerr, context.Canceled) {
 		err = rerr
@@ -201,19 +209,35 @@ func (s *Server) OnTraffic(gc gnet.Conn) gnet.Action {
 	return c.onTraffic()
 }
 
-// sweep closes connections that have held an unfinished frame longer than
-// the idle timeout. It only reads atomics and calls the concurrency-safe
-// Close; all other connection state stays with the loops.
-func (s *Server) sweep() {
-	defer close(s.sweepDone)
-	period := min(s.opts.IdleTimeout/4, time.Second)
-	t := time.NewTicker(period)
+// housekeepingPeriod is how often the housekeeping goroutine runs: the
+// throttle's second boundaries are met within this.
+const housekeepingPeriod = 10 * time.Millisecond
+
+// housekeeping is the server's one background goroutine: it ends throttle
+// seconds (and wakes the parked connections), and closes connections that
+// have held an unfinished frame longer than the idle timeout. It only
+// touches atomics, short locks and concurrency-safe gnet calls; connection
+// state stays with the loops.
+func (s *Server) housekeeping() {
+	defer close(s.houseDone)
+	t := time.NewTicker(housekeepingPeriod)
 	defer t.Stop()
+	lastSweep := s.opts.Now()
+	sweepEvery := min(s.opts.IdleTimeout/4, time.Second)
 	for {
 		select {
-		case <-s.stopSweep:
+		case <-s.stopHouse:
 			return
-		case now := <-t.C:
+		case <-t.C:
+		}
+		now := s.opts.Now()
+		if s.throttle.Tick(now) {
+			for _, b := range s.buckets.all() {
+				b.wakeParked()
+			}
+		}
+		if now.Sub(lastSweep) >= sweepEvery {
+			lastSweep = now
 			s.conns.closeIdle(now.Add(-s.opts.IdleTimeout).UnixNano(), s.log)
 		}
 	}

@@ -97,6 +97,10 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 		IdleTimeout:             time.Duration(cfg.IdleTimeoutMS) * time.Millisecond,
 		MaxFrameSize:            cfg.MaxFrameSize,
 		MaxItemSize:             cfg.MaxItemSize,
+		NodeCapacity:            cfg.NodeCapacity,
+		ReadUnitSize:            cfg.ReadUnitSize,
+		WriteUnitSize:           cfg.WriteUnitSize,
+		MaxThrottleWait:         time.Duration(cfg.MaxThrottleWaitMS) * time.Millisecond,
 		Logger:                  log,
 		DefaultSettings: server.BucketSettings{
 			Reserved:  int64(cfg.DefaultThrottleReservedUnits),

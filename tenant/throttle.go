@@ -1,0 +1,329 @@
+package tenant
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"kvd/gauge"
+)
+
+// Throttle is a node's throttling state: seed 003's per-second gauges and
+// decision order, with the node's free pool shared max-min fairly among the
+// buckets that want it instead of first come, first served.
+//
+// Each second (Tick) the throttle
+//   - gives every bucket its effective reservation: its reserved units, or
+//     10% of them when it had no connection during the last second (slow
+//     start);
+//   - makes the free pool capacity − Σ effective reservations;
+//   - divides the free pool into per-bucket shares by max-min fairness over
+//     the buckets' demands. A bucket that was throttled for want of free
+//     pool last second demands as much as its hard limit allows; any other
+//     bucket demands what it took from the free pool last second plus a
+//     quarter. A bucket's share therefore depends on what it asks for, not
+//     on how many connections ask;
+//   - keeps what the shares leave unallocated as spare, which any bucket
+//     past its share may take first come, first served. Sharing is thus
+//     work-conserving: while the free pool is not contended nobody is
+//     throttled by fairness, and once it is, the spare is gone and the
+//     shares bind.
+//
+// Check, before a command runs, with the units known up front:
+//  1. bucket usage below its effective reservation → run;
+//  2. free pool or node capacity exhausted → throttle;
+//  3. a finite hard limit reached → throttle;
+//  4. the bucket's share of the free pool and the spare both used up →
+//     throttle;
+//  5. otherwise run.
+//
+// Charge, after a command succeeded, with its actual units: the bucket's
+// gauge, the node's gauge, and the part above the bucket's reservation to
+// the bucket's and the node's free-pool gauges. Unthrottled connections skip
+// Check but are charged all the same, so they do slow other tenants down.
+//
+// Check and Charge are lock-free and allocation free; Tick, Add, Remove and
+// SetLimits take a mutex for the bucket list. All methods are safe for
+// concurrent use. Time is an argument.
+type Throttle struct {
+	capacity atomic.Int64
+	freeCap  atomic.Int64 // capacity − Σ effective reservations, this second
+	free     gauge.Gauge  // units taken from the free pool this second
+	node     gauge.Gauge  // all units used this second
+	spare    atomic.Int64 // free pool left unallocated by the shares, this second
+	spareUse gauge.Gauge  // units taken beyond shares this second
+	ticks    atomic.Int64
+	lastNode atomic.Int64 // node usage of the last finished second
+	window   *gauge.Window
+
+	mu      sync.Mutex
+	buckets []*BucketThrottle // guarded by mu
+	demands []int64           // guarded by mu; scratch for FairShare
+	shares  []int64           // guarded by mu; scratch for FairShare
+	rotate  int               // guarded by mu; rotates FairShare's remainder
+}
+
+// BucketThrottle is one bucket's throttle state and counters. Safe for
+// concurrent use.
+type BucketThrottle struct {
+	name      string
+	reserved  atomic.Int64 // configured; Unlimited turns throttling off
+	hardLimit atomic.Int64 // configured; Unlimited for none
+	effective atomic.Int64 // this second's reservation (slow start applied)
+	share     atomic.Int64 // this second's share of the free pool
+	used      gauge.Gauge  // units this second, with carry-over above the hard limit
+	freeUsed  gauge.Gauge  // units taken from the free pool this second
+	wantMore  atomic.Bool  // throttled for want of free pool this second
+	active    atomic.Bool  // had a connection during this second
+	clients   atomic.Int64
+	warm      bool  // guarded by Throttle.mu: had a connection during the last second
+	demand    int64 // guarded by Throttle.mu: free-pool demand for this second
+
+	ru, wu, commands, throttled, rejected, waitUS atomic.Int64
+}
+
+// NewThrottle returns a throttle with the given node capacity (units per
+// second) whose first second starts at now.
+func NewThrottle(capacity int64, now time.Time) *Throttle {
+	t := &Throttle{window: gauge.NewWindow(now)}
+	t.capacity.Store(capacity)
+	t.freeCap.Store(capacity)
+	return t
+}
+
+// Add registers a bucket with the given settings and returns its state. A
+// new bucket has no connection yet, so it starts with 10% of its
+// reservation and, until the next tick, no share of its own: it takes from
+// the spare like everyone else.
+func (t *Throttle) Add(name string, reserved, hardLimit int64) *BucketThrottle {
+	b := &BucketThrottle{name: name}
+	b.reserved.Store(reserved)
+	b.hardLimit.Store(hardLimit)
+	t.mu.Lock()
+	t.buckets = append(t.buckets, b)
+	t.refreshLocked()
+	t.mu.Unlock()
+	return b
+}
+
+// Remove unregisters a bucket; its reservation returns to the free pool.
+func (t *Throttle) Remove(b *BucketThrottle) {
+	t.mu.Lock()
+	for i, x := range t.buckets {
+		if x == b {
+			t.buckets = append(t.buckets[:i], t.buckets[i+1:]...)
+			break
+		}
+	}
+	t.refreshLocked()
+	t.mu.Unlock()
+}
+
+// SetCapacity changes the node capacity; it applies at once.
+func (t *Throttle) SetCapacity(capacity int64) {
+	t.mu.Lock()
+	t.capacity.Store(capacity)
+	t.refreshLocked()
+	t.mu.Unlock()
+}
+
+// Capacity returns the node capacity in units per second.
+func (t *Throttle) Capacity() int64 { return t.capacity.Load() }
+
+// SetLimits changes a bucket's reserved units and hard limit; they apply at
+// once.
+func (t *Throttle) SetLimits(b *BucketThrottle, reserved, hardLimit int64) {
+	t.mu.Lock()
+	b.reserved.Store(reserved)
+	b.hardLimit.Store(hardLimit)
+	t.refreshLocked()
+	t.mu.Unlock()
+}
+
+// Check reports whether a throttled connection's command expected to use
+// pending units may run now. It does not charge anything.
+func (t *Throttle) Check(b *BucketThrottle, pending int64) bool {
+	eff := b.effective.Load()
+	if eff < 0 || b.used.Below(eff, pending) {
+		return true
+	}
+	if !t.free.Below(t.freeCap.Load(), pending) || !t.node.Below(t.capacity.Load(), pending) {
+		return false
+	}
+	if hl := b.hardLimit.Load(); hl >= 0 && !b.used.Below(hl, pending) {
+		return false
+	}
+	if !b.freeUsed.Below(b.share.Load(), pending) && !t.spareUse.Below(t.spare.Load(), pending) {
+		b.wantMore.Store(true)
+		return false
+	}
+	return true
+}
+
+// Charge records the actual units of a command that succeeded.
+func (t *Throttle) Charge(b *BucketThrottle, ru, wu int64) {
+	units := ru + wu
+	if units <= 0 {
+		return
+	}
+	b.ru.Add(ru)
+	b.wu.Add(wu)
+	b.used.Add(units)
+	t.node.Add(units)
+	eff := b.effective.Load()
+	if eff < 0 {
+		return
+	}
+	over := min(units, b.used.Value()-eff)
+	if over <= 0 {
+		return
+	}
+	b.freeUsed.Add(over)
+	t.free.Add(over)
+	if beyond := min(over, b.freeUsed.Value()-b.share.Load()); beyond > 0 {
+		t.spareUse.Add(beyond)
+	}
+}
+
+// NextTick returns how long until the next second starts, in microseconds
+// (1 to 1,000,000): the wait a non-blocking client is told.
+func (t *Throttle) NextTick(now time.Time) int64 { return t.window.NextTickMicros(now) }
+
+// Tick ends the seconds that have passed by now and prepares the next one.
+// It returns false when now is still within the current second.
+func (t *Throttle) Tick(now time.Time) bool {
+	n := t.window.Advance(now)
+	if n == 0 {
+		return false
+	}
+	t.mu.Lock()
+	for _, b := range t.buckets {
+		b.tickLocked(n)
+	}
+	t.free.Tick(gauge.Unlimited)
+	t.spareUse.Tick(gauge.Unlimited)
+	t.lastNode.Store(t.node.Tick(gauge.Unlimited))
+	t.ticks.Add(n)
+	t.refreshLocked()
+	t.mu.Unlock()
+	return true
+}
+
+// tickLocked ends a second for one bucket: carry-over above the hard limit,
+// slow start, and its free-pool demand for the next second.
+func (b *BucketThrottle) tickLocked(n int64) {
+	hl := b.hardLimit.Load()
+	if hl >= 0 {
+		b.used.Tick(n * hl)
+	} else {
+		b.used.Tick(gauge.Unlimited)
+	}
+	took := b.freeUsed.Tick(gauge.Unlimited)
+	b.warm = b.active.Swap(b.clients.Load() > 0)
+	switch {
+	case b.reserved.Load() < 0:
+		b.demand = 0
+	case b.wantMore.Swap(false):
+		b.demand = gauge.Unlimited
+	default:
+		b.demand = took + took/4 + 1
+	}
+}
+
+// refreshLocked recomputes the effective reservations, the free pool and
+// the shares from the current settings and demands.
+func (t *Throttle) refreshLocked() {
+	reservedSum := int64(0)
+	for _, b := range t.buckets {
+		eff := b.reserved.Load()
+		if eff > 0 && !b.warm {
+			eff /= 10
+		}
+		b.effective.Store(eff)
+		if eff > 0 {
+			reservedSum += eff
+		}
+	}
+	freeCap := max(0, t.capacity.Load()-reservedSum)
+	t.freeCap.Store(freeCap)
+	n := len(t.buckets)
+	t.demands, t.shares = t.demands[:0], t.shares[:0]
+	for i := range n {
+		b := t.buckets[(i+t.rotate)%n]
+		d := b.demand
+		if hl := b.hardLimit.Load(); hl >= 0 && b.reserved.Load() >= 0 {
+			room := max(0, hl-b.effective.Load())
+			if d < 0 || d > room {
+				d = room
+			}
+		}
+		t.demands = append(t.demands, d)
+		t.shares = append(t.shares, 0)
+	}
+	gauge.FairShare(freeCap, t.demands, t.shares)
+	spare := freeCap
+	for i := range n {
+		t.buckets[(i+t.rotate)%n].share.Store(t.shares[i])
+		spare -= t.shares[i]
+	}
+	t.spare.Store(max(0, spare))
+	if n > 0 {
+		t.rotate = (t.rotate + 1) % n
+	}
+}
+
+// Attach counts a connection that selected the bucket; from the next tick on
+// the bucket has its full reservation.
+func (b *BucketThrottle) Attach() {
+	b.clients.Add(1)
+	b.active.Store(true)
+}
+
+// Detach counts a connection that left the bucket.
+func (b *BucketThrottle) Detach() { b.clients.Add(-1) }
+
+// Clients returns the connections that have the bucket selected.
+func (b *BucketThrottle) Clients() int64 { return b.clients.Load() }
+
+// CountCommand, CountThrottled, CountRejected and AddWait feed the bucket's
+// counters (STAT bucket_details).
+func (b *BucketThrottle) CountCommand()           { b.commands.Add(1) }
+func (b *BucketThrottle) CountThrottled()         { b.throttled.Add(1) }
+func (b *BucketThrottle) CountRejected()          { b.rejected.Add(1) }
+func (b *BucketThrottle) AddWait(d time.Duration) { b.waitUS.Add(d.Microseconds()) }
+func (b *BucketThrottle) Limits() (reserved, hardLimit int64) {
+	return b.reserved.Load(), b.hardLimit.Load()
+}
+
+// BucketStats is a snapshot of one bucket's throttle figures.
+type BucketStats struct {
+	Name                                                   string
+	Clients, RU, WU, Commands, Throttled, Rejected, WaitUS int64
+	Reserved, HardLimit, EffectiveReserved, Share, Used    int64
+}
+
+// Stats returns a snapshot of the bucket's figures.
+func (b *BucketThrottle) Stats() BucketStats {
+	return BucketStats{
+		Name: b.name, Clients: b.clients.Load(), RU: b.ru.Load(), WU: b.wu.Load(),
+		Commands: b.commands.Load(), Throttled: b.throttled.Load(), Rejected: b.rejected.Load(),
+		WaitUS: b.waitUS.Load(), Reserved: b.reserved.Load(), HardLimit: b.hardLimit.Load(),
+		EffectiveReserved: b.effective.Load(), Share: b.share.Load(), Used: b.used.Value(),
+	}
+}
+
+// NodeStats is a snapshot of the node's throttle figures.
+type NodeStats struct {
+	Capacity, FreePool, FreeUsed, Spare, SpareUsed, NodeUsed, LastSecond, Ticks int64
+	TickStart                                                                   time.Time
+}
+
+// Stats returns a snapshot of the node's figures.
+func (t *Throttle) Stats() NodeStats {
+	return NodeStats{
+		Capacity: t.capacity.Load(), FreePool: t.freeCap.Load(), FreeUsed: t.free.Value(),
+		Spare: t.spare.Load(), SpareUsed: t.spareUse.Value(),
+		NodeUsed: t.node.Value(), LastSecond: t.lastNode.Load(), Ticks: t.ticks.Load(),
+		TickStart: t.window.Start(),
+	}
+}
