@@ -209,8 +209,7 @@ func (c *conn) dispatch() {
 // startJob hands b to a new worker goroutine.
 func (c *conn) startJob(b *batch) {
 	c.inflight = b
-	c.srv.jobs.Add(1)
-	go c.srv.run(b)
+	c.srv.submit(b)
 }
 
 // finish is called by the worker when b is done: it hands b to the loop and

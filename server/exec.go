@@ -41,8 +41,7 @@ func (s *Server) exec(bk *bucket, r *request, now uint32) {
 		r.cas, err = bk.store.Store(storeMode(op), r.key, r.value, flags, expiryAt(exp, now), r.hdr.cas, now)
 	case binary.OpAppend, binary.OpPrepend:
 		bk.cmdSet.Add(1)
-		r.cas, err = bk.store.Store(storeMode(op), r.key, r.value, 0, 0, r.hdr.cas, now)
-		r.size = len(r.value) // TODO(engine): the resulting length, for exact units
+		r.cas, r.size, err = bk.store.StoreN(storeMode(op), r.key, r.value, 0, 0, r.hdr.cas, now)
 	case binary.OpDelete:
 		err = bk.store.Delete(r.key, r.hdr.cas, now)
 	case binary.OpIncrement, binary.OpDecrement:

@@ -39,7 +39,8 @@ type Server struct {
 	conns      connSet
 	currConns  atomic.Int64
 	totalConns atomic.Int64
-	jobs       sync.WaitGroup // batches executing off the loops
+	jobs       sync.WaitGroup // batches submitted and not yet run
+	work       workers
 
 	stopHouse chan struct{}
 	houseDone chan struct{}
@@ -109,6 +110,7 @@ func newUsers(specs []UserSpec, log *slog.Logger) (*tenant.Users, error) {
 // Start begins serving and returns once the listener is bound.
 func (s *Server) Start() error {
 	s.started = s.opts.Now()
+	s.startWorkers()
 	go func() {
 		s.runErr <- gnet.Run(s, "tcp://"+s.opts.Listen,
 			gnet.WithMulticore(true),
@@ -144,7 +146,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = rerr
 	}
 	waited := make(chan struct{})
-	go func() { s.jobs.Wait(); close(waited) }()
+	go func() { s.stopWorkers(); close(waited) }()
 	select {
 	case <-waited:
 	case <-ctx.Done():

@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+const benchKeys = 10000
+
+// benchBucket returns a bucket holding benchKeys items of valueSize bytes,
+// flushed to sstables when flush is set.
+func benchBucket(b *testing.B, valueSize int, flush bool) (*Bucket, [][]byte) {
+	b.Helper()
+	db := openTest(b, nil)
+	bk := newBucketT(b, db, "bench")
+	keys := make([][]byte, benchKeys)
+	val := make([]byte, valueSize)
+	for i := range keys {
+		keys[i] = []byte("key:" + strconv.Itoa(i))
+		if _, err := bk.Store(ModeSet, keys[i], val, 0, 0, 0, t0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if flush {
+		if err := db.pdb.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return bk, keys
+}
+
+func BenchmarkGet(b *testing.B) {
+	for _, flush := range []bool{false, true} {
+		b.Run(fmt.Sprintf("sstable=%v", flush), func(b *testing.B) {
+			bk, keys := benchBucket(b, 100, flush)
+			dst := make([]byte, 0, 256)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, err := bk.Get(keys[i%benchKeys], t0, dst); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+func BenchmarkGetParallel(b *testing.B) {
+	bk, keys := benchBucket(b, 100, true)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var seq atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		dst := make([]byte, 0, 256)
+		i := int(seq.Add(7919))
+		for pb.Next() {
+			if _, err := bk.Get(keys[i%benchKeys], t0, dst); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}
+
+func BenchmarkGetMiss(b *testing.B) {
+	bk, _ := benchBucket(b, 100, true)
+	key := []byte("absent-key")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := bk.Get(key, t0, nil); err != ErrNotFound {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkStore(b *testing.B) {
+	for _, size := range []int{100, 4096} {
+		b.Run(fmt.Sprintf("value=%d", size), func(b *testing.B) {
+			bk, keys := benchBucket(b, size, false)
+			val := make([]byte, size)
+			b.ReportAllocs()
+			b.SetBytes(int64(size))
+			i := 0
+			for b.Loop() {
+				if _, err := bk.Store(ModeSet, keys[i%benchKeys], val, 1, 0, 0, t0); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+func BenchmarkStoreParallel(b *testing.B) {
+	bk, keys := benchBucket(b, 100, false)
+	val := make([]byte, 100)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var seq atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(seq.Add(7919))
+		for pb.Next() {
+			if _, err := bk.Store(ModeSet, keys[i%benchKeys], val, 1, 0, 0, t0); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}
+
+// BenchmarkStoreSyncWAL is the server's write pattern with WALSync on: a
+// Store then a SyncWAL per command, from parallel goroutines whose fsyncs
+// Pebble groups.
+func BenchmarkStoreSyncWAL(b *testing.B) {
+	fs := newWALSyncFS()
+	bk := newBucketT(b, openTest(b, func(o *Options) { o.fs = fs }), "bench")
+	keys := make([][]byte, benchKeys)
+	for i := range keys {
+		keys[i] = []byte("key:" + strconv.Itoa(i))
+	}
+	val := make([]byte, 100)
+	fs.syncs.Store(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var seq atomic.Int64
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(seq.Add(7919))
+		for pb.Next() {
+			if _, err := bk.Store(ModeSet, keys[i%benchKeys], val, 1, 0, 0, t0); err != nil {
+				b.Fatal(err)
+			}
+			if err := bk.db.SyncWAL(); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.ReportMetric(float64(fs.syncs.Load())/float64(b.N), "fsyncs/op")
+}
+
+func BenchmarkIncr(b *testing.B) {
+	bk, _ := benchBucket(b, 1, false)
+	key := []byte("counter")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := bk.Arith(key, true, 1, 0, 0, true, 0, t0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// walSyncFS counts fsyncs of WAL files (*.log) made through it.
+type walSyncFS struct {
+	vfs.FS
+	syncs *atomic.Int64
+}
+
+func newWALSyncFS() walSyncFS { return walSyncFS{FS: vfs.Default, syncs: new(atomic.Int64)} }
+
+func (fs walSyncFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
+	if err != nil || !strings.HasSuffix(name, ".log") {
+		return f, err
+	}
+	return walSyncFile{File: f, syncs: fs.syncs}, nil
+}
+
+func (fs walSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return fs.wrap(name, f, err)
+}
+
+func (fs walSyncFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.ReuseForWrite(old, name, c)
+	return fs.wrap(name, f, err)
+}
+
+type walSyncFile struct {
+	vfs.File
+	syncs *atomic.Int64
+}
+
+func (f walSyncFile) Sync() error {
+	f.syncs.Add(1)
+	return f.File.Sync()
+}
+
+func (f walSyncFile) SyncData() error {
+	f.syncs.Add(1)
+	return f.File.SyncData()
+}

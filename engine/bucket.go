@@ -1,0 +1,441 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Item is a stored value with its memcached metadata.
+type Item struct {
+	Flags  uint32
+	Expiry uint32 // absolute Unix seconds, 0 = never
+	CAS    uint64
+	Value  []byte
+}
+
+// StoreMode selects the memcached store command.
+type StoreMode uint8
+
+// Store modes.
+const (
+	ModeSet     StoreMode = iota // store unconditionally
+	ModeAdd                      // only if no live item (ErrExists otherwise)
+	ModeReplace                  // only if a live item exists (ErrNotFound otherwise)
+	ModeAppend                   // old value ‖ new (ErrNotStored if missing)
+	ModePrepend                  // new ‖ old value (ErrNotStored if missing)
+)
+
+type bucketState uint8
+
+const (
+	stateLive bucketState = iota
+	stateDeleted
+	stateClosed
+)
+
+// Bucket is one tenant's keyspace. Safe for concurrent use.
+//
+// Every operation takes now (Unix seconds): an item whose expiry is ≤ now is
+// treated as missing. Mutations commit without fsync (see DB.SyncWAL).
+type Bucket struct {
+	db   *DB
+	name string
+	id   uint32
+
+	// count is the number of item records on disk: live items plus expired
+	// ones the sweeper has not deleted yet.
+	count atomic.Int64
+
+	// mu is held shared by every data operation and exclusively by Flush
+	// and by state changes (DeleteBucket, Close), which thereby wait for
+	// the operations in flight.
+	mu    sync.RWMutex
+	state bucketState // guarded by mu
+}
+
+func newBucket(db *DB, name string, id uint32) *Bucket {
+	return &Bucket{db: db, name: name, id: id}
+}
+
+// Name returns the bucket's name.
+func (b *Bucket) Name() string { return b.name }
+
+// ItemCount returns the number of items stored (curr_items): counted at Open
+// by a scan and kept by every mutation and by the sweeper. Expired items
+// count until the sweeper deletes them, at most about one SweepInterval after
+// they expire.
+func (b *Bucket) ItemCount() int64 { return b.count.Load() }
+
+// enter takes b.mu shared if the bucket is live; leave releases it.
+func (b *Bucket) enter() error {
+	b.mu.RLock()
+	switch b.state {
+	case stateLive:
+		return nil
+	case stateDeleted:
+		b.mu.RUnlock()
+		return ErrBucketDeleted
+	default:
+		b.mu.RUnlock()
+		return ErrClosed
+	}
+}
+
+func (b *Bucket) leave() { b.mu.RUnlock() }
+
+// setState changes the state, waiting for operations in flight.
+func (b *Bucket) setState(s bucketState) {
+	b.mu.Lock()
+	b.state = s
+	b.mu.Unlock()
+}
+
+// Get returns the live item. Its Value is appended to dst[:0], so Get does
+// not allocate when dst has room. Errors: ErrNotFound (missing or expired).
+func (b *Bucket) Get(key []byte, now uint32, dst []byte) (Item, error) {
+	if err := b.enter(); err != nil {
+		return Item{}, err
+	}
+	defer b.leave()
+	kb := getKeyBuf()
+	defer putKeyBuf(kb)
+	kb.b = appendItemKey(kb.b[:0], b.id, key)
+	rec, closer, err := b.db.pdb.Get(kb.b)
+	if err != nil {
+		return Item{}, readErr(err)
+	}
+	defer closer.Close()
+	h, v, ok := decodeRecord(rec)
+	if !ok {
+		return Item{}, errCorrupt(b, key)
+	}
+	if !h.live(now) {
+		return Item{}, ErrNotFound
+	}
+	return Item{Flags: h.flags, Expiry: h.expiry, CAS: h.cas, Value: append(dst[:0], v...)}, nil
+}
+
+// Touch sets a new expiry (absolute, 0 = never) on a live item and returns
+// it, its value appended to dst[:0]. The CAS is unchanged, as in memcached.
+// Errors: ErrNotFound.
+func (b *Bucket) Touch(key []byte, expiry, now uint32, dst []byte) (Item, error) {
+	var it Item
+	err := b.mutate(key, now, func(ik []byte, cur current) error {
+		if !cur.live {
+			return ErrNotFound
+		}
+		h := cur.h
+		h.expiry = expiry
+		if err := b.putLocked(ik, key, &cur, h, cur.value, nil); err != nil {
+			return err
+		}
+		it = Item{Flags: h.flags, Expiry: h.expiry, CAS: h.cas, Value: append(dst[:0], cur.value...)}
+		return nil
+	})
+	return it, err
+}
+
+// Store writes value under key with memcached semantics and returns the new
+// CAS (unique and increasing, also across restarts).
+//
+// cas != 0 must match the live item's CAS (ErrExists on mismatch, ErrNotFound
+// if absent, except ErrNotStored for APPEND/PREPEND). ModeAdd on a live item → ErrExists; ModeReplace on a missing
+// one → ErrNotFound; ModeAppend/ModePrepend on a missing one → ErrNotStored,
+// and they keep the old flags and expiry, ignoring the given ones. A value (or
+// APPEND/PREPEND result) over Options.MaxValueSize → ErrTooBig.
+func (b *Bucket) Store(mode StoreMode, key, value []byte, flags, expiry uint32, cas uint64, now uint32) (uint64, error) {
+	c, _, err := b.StoreN(mode, key, value, flags, expiry, cas, now)
+	return c, err
+}
+
+// StoreN is Store that also returns the length of the value it stored: the
+// APPEND/PREPEND result, len(value) for the other modes (for exact write
+// units).
+func (b *Bucket) StoreN(mode StoreMode, key, value []byte, flags, expiry uint32, cas uint64, now uint32) (uint64, int, error) {
+	if mode > ModePrepend {
+		return 0, 0, fmt.Errorf("engine: invalid store mode %d", mode)
+	}
+	if len(value) > b.db.opts.MaxValueSize {
+		return 0, 0, ErrTooBig
+	}
+	var newCAS uint64
+	var n int
+	err := b.mutate(key, now, func(ik []byte, cur current) error {
+		if err := checkStore(mode, &cur, cas); err != nil {
+			return err
+		}
+		h := header{flags: flags, expiry: expiry}
+		v1, v2 := value, []byte(nil)
+		switch mode {
+		case ModeAppend:
+			h.flags, h.expiry = cur.h.flags, cur.h.expiry
+			v1, v2 = cur.value, value
+		case ModePrepend:
+			h.flags, h.expiry = cur.h.flags, cur.h.expiry
+			v2 = cur.value
+		}
+		if n = len(v1) + len(v2); n > b.db.opts.MaxValueSize {
+			return ErrTooBig
+		}
+		h.cas = b.db.nextCAS()
+		newCAS = h.cas
+		return b.putLocked(ik, key, &cur, h, v1, v2)
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return newCAS, n, nil
+}
+
+// checkStore applies the CAS and mode preconditions of Store. APPEND and
+// PREPEND on a missing item are ErrNotStored even with a CAS, as in memcached.
+func checkStore(mode StoreMode, cur *current, cas uint64) error {
+	if (mode == ModeAppend || mode == ModePrepend) && !cur.live {
+		return ErrNotStored
+	}
+	if err := checkCAS(cur, cas); err != nil {
+		return err
+	}
+	switch {
+	case mode == ModeAdd && cur.live:
+		return ErrExists
+	case mode == ModeReplace && !cur.live:
+		return ErrNotFound
+	}
+	return nil
+}
+
+// checkCAS: cas != 0 must match the live item's CAS.
+func checkCAS(cur *current, cas uint64) error {
+	switch {
+	case cas == 0:
+		return nil
+	case !cur.live:
+		return ErrNotFound
+	case cur.h.cas != cas:
+		return ErrExists
+	}
+	return nil
+}
+
+// Delete removes the live item. cas != 0 must match its CAS (ErrExists).
+// Errors: ErrNotFound (missing or expired).
+func (b *Bucket) Delete(key []byte, cas uint64, now uint32) error {
+	return b.mutate(key, now, func(ik []byte, cur current) error {
+		if !cur.live {
+			if cur.exists { // expired: reclaim it now
+				if err := b.deleteLocked(ik, key, &cur); err != nil {
+					return err
+				}
+			}
+			return ErrNotFound
+		}
+		if err := checkCAS(&cur, cas); err != nil {
+			return err
+		}
+		return b.deleteLocked(ik, key, &cur)
+	})
+}
+
+// Arith adds (incr) or subtracts delta from the item's decimal value: INCR
+// wraps at 2^64, DECR stops at 0. The value must be 1–20 ASCII digits that fit
+// in uint64 (ErrNonNumeric otherwise). A missing item is created with
+// initial (stored as decimal text, given expiry, flags 0) and initial is
+// returned, if create; else ErrNotFound. Existing items keep flags and
+// expiry. cas != 0 must match. Returns the new value and CAS.
+func (b *Bucket) Arith(key []byte, incr bool, delta, initial uint64, expiry uint32, create bool, cas uint64, now uint32) (uint64, uint64, error) {
+	var n, newCAS uint64
+	err := b.mutate(key, now, func(ik []byte, cur current) error {
+		if err := checkCAS(&cur, cas); err != nil {
+			return err
+		}
+		var h header
+		switch {
+		case cur.live:
+			old, ok := parseUint(cur.value)
+			if !ok {
+				return ErrNonNumeric
+			}
+			n, h = applyDelta(old, incr, delta), cur.h
+		case create:
+			n, h = initial, header{expiry: expiry}
+		default:
+			return ErrNotFound
+		}
+		h.cas = b.db.nextCAS()
+		newCAS = h.cas
+		var digits [maxDigits]byte
+		return b.putLocked(ik, key, &cur, h, strconv.AppendUint(digits[:0], n, 10), nil)
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return n, newCAS, nil
+}
+
+func applyDelta(v uint64, incr bool, delta uint64) uint64 {
+	switch {
+	case incr:
+		return v + delta // wraps at 2^64
+	case delta > v:
+		return 0
+	default:
+		return v - delta
+	}
+}
+
+// Flush deletes every item of this bucket (other buckets are untouched),
+// waiting for operations in flight. Not synced, like other mutations.
+func (b *Bucket) Flush() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case stateDeleted:
+		return ErrBucketDeleted
+	case stateClosed:
+		return ErrClosed
+	}
+	batch := b.db.pdb.NewBatch()
+	defer batch.Close()
+	for _, kind := range []byte{kindItem, kindExpiry} {
+		start, end := bucketRange(kind, b.id)
+		_ = batch.DeleteRange(start, end, nil)
+	}
+	if err := batch.Commit(b.db.writeO); err != nil {
+		return fmt.Errorf("engine: flush bucket %q: %w", b.name, err)
+	}
+	b.count.Store(0)
+	return nil
+}
+
+// current is what a mutation found under the key's stripe lock.
+type current struct {
+	exists bool // a record exists, live or expired
+	live   bool // it exists and has not expired
+	h      header
+	value  []byte    // valid until release
+	closer io.Closer // pins value
+}
+
+func (c *current) release() {
+	if c.closer != nil {
+		_ = c.closer.Close()
+		c.closer = nil
+	}
+}
+
+// mutate runs fn with the bucket entered, the key's stripe locked and the
+// key's current record read. fn receives the encoded item key.
+func (b *Bucket) mutate(key []byte, now uint32, fn func(ik []byte, cur current) error) error {
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.leave()
+	kb := getKeyBuf()
+	defer putKeyBuf(kb)
+	kb.b = appendItemKey(kb.b[:0], b.id, key)
+	s := b.db.locks.lock(b.id, key)
+	defer s.Unlock()
+	cur, err := b.readLocked(kb.b, key, now)
+	if err != nil {
+		return err
+	}
+	defer cur.release()
+	return fn(kb.b, cur)
+}
+
+// readLocked reads item key ik. The caller holds its stripe lock and must
+// release the result.
+func (b *Bucket) readLocked(ik, key []byte, now uint32) (current, error) {
+	rec, closer, err := b.db.pdb.Get(ik)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return current{}, nil
+	}
+	if err != nil {
+		return current{}, readErr(err)
+	}
+	h, v, ok := decodeRecord(rec)
+	if !ok {
+		_ = closer.Close()
+		return current{}, errCorrupt(b, key)
+	}
+	return current{exists: true, live: h.live(now), h: h, value: v, closer: closer}, nil
+}
+
+// putLocked writes item ik = header h ‖ v1 ‖ v2, moves its expiry index
+// entry from cur's expiry to h.expiry, and commits without sync.
+func (b *Bucket) putLocked(ik, key []byte, cur *current, h header, v1, v2 []byte) error {
+	batch := b.db.pdb.NewBatch()
+	defer batch.Close()
+	op := batch.SetDeferred(len(ik), headerLen+len(v1)+len(v2))
+	copy(op.Key, ik)
+	h.put(op.Value)
+	copy(op.Value[headerLen+copy(op.Value[headerLen:], v1):], v2)
+	_ = op.Finish()
+	var oldExpiry uint32
+	if cur.exists {
+		oldExpiry = cur.h.expiry
+	}
+	if oldExpiry != h.expiry {
+		b.indexDelete(batch, oldExpiry, key)
+		b.indexSet(batch, h.expiry, key)
+	}
+	if err := batch.Commit(b.db.writeO); err != nil {
+		return fmt.Errorf("engine: store in %q: %w", b.name, err)
+	}
+	if !cur.exists {
+		b.count.Add(1)
+	}
+	return nil
+}
+
+// deleteLocked deletes item ik and its expiry index entry, without sync.
+func (b *Bucket) deleteLocked(ik, key []byte, cur *current) error {
+	batch := b.db.pdb.NewBatch()
+	defer batch.Close()
+	_ = batch.Delete(ik, nil)
+	b.indexDelete(batch, cur.h.expiry, key)
+	if err := batch.Commit(b.db.writeO); err != nil {
+		return fmt.Errorf("engine: delete in %q: %w", b.name, err)
+	}
+	b.count.Add(-1)
+	return nil
+}
+
+// indexSet adds key's expiry index entry to batch (nothing for expiry 0).
+func (b *Bucket) indexSet(batch *pebble.Batch, expiry uint32, key []byte) {
+	if expiry == 0 {
+		return
+	}
+	op := batch.SetDeferred(expiryPrefixLen+len(key), 0)
+	putExpiryKey(op.Key, b.id, expiry, key)
+	_ = op.Finish()
+}
+
+// indexDelete removes key's expiry index entry in batch (nothing for 0).
+func (b *Bucket) indexDelete(batch *pebble.Batch, expiry uint32, key []byte) {
+	if expiry == 0 {
+		return
+	}
+	op := batch.DeleteDeferred(expiryPrefixLen + len(key))
+	putExpiryKey(op.Key, b.id, expiry, key)
+	_ = op.Finish()
+}
+
+// readErr maps a Pebble read error.
+func readErr(err error) error {
+	if errors.Is(err, pebble.ErrNotFound) {
+		return ErrNotFound
+	}
+	return fmt.Errorf("engine: read: %w", err)
+}
+
+func errCorrupt(b *Bucket, key []byte) error {
+	return fmt.Errorf("engine: corrupt item record for key %q in bucket %q", key, b.name)
+}

@@ -1,0 +1,253 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// DB is kvd's store: one Pebble database holding the bucket registry, node
+// meta records and every bucket's items. Open starts one sweeper goroutine
+// that Close stops. Safe for concurrent use.
+type DB struct {
+	opts   Options
+	pdb    *pebble.DB
+	log    *slog.Logger
+	writeO *pebble.WriteOptions // NoSync: item mutations
+
+	// cas is the last CAS handed out; seeded at Open above the wall clock in
+	// nanoseconds and above every stored CAS.
+	cas atomic.Uint64
+
+	locks *stripes
+
+	// adminMu serialises registry changes, PutMeta and Close. It is held
+	// across their fsyncs, so nothing on a hot path may take it.
+	adminMu sync.Mutex
+	// nextID is the next bucket ID to hand out.
+	nextID uint32 // guarded by adminMu
+
+	// mu guards the bucket map and the closed flag. Never held across I/O.
+	mu      sync.RWMutex
+	buckets map[string]*bucketEntry // guarded by mu
+	closed  bool                    // guarded by mu
+
+	// openMu is held shared by SyncWAL and Meta across their Pebble calls
+	// and exclusively by Close while it shuts Pebble down.
+	openMu   sync.RWMutex
+	pebbleOK bool // guarded by openMu
+
+	sweepStop chan struct{} // closed by Close to stop the sweeper
+	sweepDone chan struct{} // closed by the sweeper when it exits
+}
+
+// bucketEntry is the registry's view of a bucket.
+type bucketEntry struct {
+	b        *Bucket
+	settings []byte // owned by the registry; copied in and out
+}
+
+// Open opens (or creates) the store in opts.Dir, loads the bucket registry,
+// counts every bucket's items and starts the sweeper.
+func Open(opts Options) (*DB, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	pdb, err := pebble.Open(opts.Dir, opts.pebbleOptions())
+	if err != nil {
+		return nil, fmt.Errorf("engine: open %s: %w", opts.Dir, err)
+	}
+	db := &DB{
+		opts:      opts,
+		pdb:       pdb,
+		log:       opts.Logger,
+		writeO:    pebble.NoSync,
+		locks:     &stripes{seed: maphash.MakeSeed()},
+		buckets:   make(map[string]*bucketEntry),
+		pebbleOK:  true,
+		sweepStop: make(chan struct{}),
+		sweepDone: make(chan struct{}),
+	}
+	if err := db.load(); err != nil {
+		_ = pdb.Close()
+		return nil, err
+	}
+	go db.sweepLoop()
+	return db, nil
+}
+
+// load reads the registry and the ID counter, counts items per bucket and
+// seeds the CAS counter.
+func (db *DB) load() error {
+	v, err := db.getCopy(keyNextBucketID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		db.nextID = 1
+	case err != nil:
+		return err
+	case len(v) != 4:
+		return fmt.Errorf("engine: corrupt next bucket id record (%d bytes)", len(v))
+	default:
+		db.nextID = binary.BigEndian.Uint32(v)
+	}
+	if err := db.loadBuckets(); err != nil {
+		return err
+	}
+	maxCAS, err := db.countItems()
+	if err != nil {
+		return err
+	}
+	db.cas.Store(max(uint64(time.Now().UnixNano()), maxCAS))
+	return nil
+}
+
+// loadBuckets fills db.buckets from the 'b' records.
+func (db *DB) loadBuckets() error {
+	it, err := db.pdb.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{kindBucket},
+		UpperBound: []byte{kindBucket + 1},
+	})
+	if err != nil {
+		return fmt.Errorf("engine: load buckets: %w", err)
+	}
+	for it.First(); it.Valid(); it.Next() {
+		name := string(it.Key()[1:])
+		v := it.Value()
+		if len(v) < 4 || !validBucketName(name) {
+			_ = it.Close()
+			return fmt.Errorf("engine: corrupt registry record for bucket %q", name)
+		}
+		id := binary.BigEndian.Uint32(v)
+		db.buckets[name] = &bucketEntry{
+			b:        newBucket(db, name, id),
+			settings: append([]byte(nil), v[4:]...),
+		}
+	}
+	return closeIter(it, "load buckets")
+}
+
+// countItems scans every item record once, sets each bucket's count and
+// returns the largest CAS found. Records of unknown bucket IDs are ignored.
+func (db *DB) countItems() (uint64, error) {
+	byID := make(map[uint32]*Bucket, len(db.buckets))
+	for _, e := range db.buckets {
+		byID[e.b.id] = e.b
+	}
+	it, err := db.pdb.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{kindItem},
+		UpperBound: []byte{kindItem + 1},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("engine: count items: %w", err)
+	}
+	var maxCAS uint64
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) < bucketPrefixLen {
+			continue
+		}
+		b := byID[binary.BigEndian.Uint32(k[1:5])]
+		if b == nil {
+			continue
+		}
+		b.count.Add(1)
+		if h, _, ok := decodeRecord(it.Value()); ok {
+			maxCAS = max(maxCAS, h.cas)
+		}
+	}
+	return maxCAS, closeIter(it, "count items")
+}
+
+// Close stops the sweeper (waiting for it), flushes the memtables and closes
+// Pebble. It waits for operations in flight; afterwards every call returns
+// ErrClosed (ErrBucketDeleted for buckets deleted before). A second Close
+// returns ErrClosed.
+func (db *DB) Close() error {
+	db.adminMu.Lock()
+	defer db.adminMu.Unlock()
+	db.mu.Lock()
+	if db.closed {
+		db.mu.Unlock()
+		return ErrClosed
+	}
+	db.closed = true
+	entries := make([]*bucketEntry, 0, len(db.buckets))
+	for _, e := range db.buckets {
+		entries = append(entries, e)
+	}
+	db.mu.Unlock()
+
+	close(db.sweepStop)
+	<-db.sweepDone
+	for _, e := range entries {
+		e.b.setState(stateClosed)
+	}
+	db.openMu.Lock()
+	defer db.openMu.Unlock()
+	db.pebbleOK = false
+	ferr := db.pdb.Flush()
+	if ferr != nil {
+		ferr = fmt.Errorf("engine: flush: %w", ferr)
+	}
+	if err := db.pdb.Close(); err != nil {
+		return errors.Join(ferr, fmt.Errorf("engine: close: %w", err))
+	}
+	return ferr
+}
+
+// SyncWAL makes every mutation that returned before the call durable by
+// committing an empty LogData record with pebble.Sync: Pebble's WAL is one
+// append-only file per memtable, written in commit order, and a sync request
+// fsyncs everything written before it (an older WAL file is fsynced when it is
+// rotated out). Concurrent callers are grouped into shared fsyncs by Pebble's
+// WAL flusher. No-op when Options.WALSync is false.
+func (db *DB) SyncWAL() error {
+	if !db.opts.WALSync {
+		return nil
+	}
+	db.openMu.RLock()
+	defer db.openMu.RUnlock()
+	if !db.pebbleOK {
+		return ErrClosed
+	}
+	if err := db.pdb.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("engine: sync wal: %w", err)
+	}
+	return nil
+}
+
+// Pebble returns the underlying Pebble database, for metrics only. It must
+// not be used after Close, and writing through it bypasses every invariant.
+func (db *DB) Pebble() *pebble.DB { return db.pdb }
+
+// nextCAS returns a new CAS, unique and increasing for this DB. It is never
+// 0 (which means "no CAS"): the counter starts near 2^60 (Unix nanoseconds).
+func (db *DB) nextCAS() uint64 { return db.cas.Add(1) }
+
+// getCopy reads key and returns a copy of its value, ErrNotFound if absent.
+func (db *DB) getCopy(key []byte) ([]byte, error) {
+	v, closer, err := db.pdb.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("engine: get: %w", err)
+	}
+	out := append([]byte(nil), v...)
+	return out, closer.Close()
+}
+
+func closeIter(it *pebble.Iterator, what string) error {
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("engine: %s: %w", what, err)
+	}
+	return nil
+}

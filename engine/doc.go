@@ -1,0 +1,88 @@
+// Package engine is kvd's storage engine: one Pebble database per node, split
+// into one keyspace per bucket (tenant), with memcached item semantics on top.
+//
+// # What engine owns
+//
+//   - The Pebble database under Options.Dir and its lifetime (Open, Close).
+//   - The bucket registry: bucket names, their never-reused numeric IDs and an
+//     opaque settings blob per bucket that the caller owns (JSON in kvd).
+//   - Small node-level records (PutMeta, Meta), e.g. node throttle settings.
+//   - Items: flags, absolute expiry, CAS and value per key, with the memcached
+//     rules for SET/ADD/REPLACE/APPEND/PREPEND, CAS checks, INCR/DECR, TOUCH,
+//     DELETE and FLUSH; the per-bucket item count; one background sweeper
+//     goroutine that deletes expired items from disk.
+//
+// It knows nothing about the wire protocol: it returns the sentinel errors
+// below (compare with errors.Is) and the server maps them to statuses.
+//
+// # Key layout
+//
+// Every Pebble key starts with one kind byte:
+//
+//	'i' name                          internal records: "next_bucket_id" → u32 BE
+//	'b' name                          bucket registry: name → id u32 BE ‖ settings
+//	'm' key                           node meta (PutMeta/Meta): key → value
+//	'k' id u32 BE ‖ key               item: flags u32 ‖ expiry u32 ‖ cas u64 (BE) ‖ value
+//	'x' id u32 BE ‖ expiry u32 BE ‖ key   expiry index entry (empty value), only when expiry ≠ 0
+//
+// Bucket IDs come from a counter persisted in the 'i' records and are never
+// reused, so flushing or deleting a bucket is one DeleteRange over its 'k' and
+// its 'x' prefix, and a bucket re-created under an old name starts empty. The
+// expiry index is ordered by time, so a sweep reads only entries that have
+// expired; an item record and its index entry always change in one batch.
+//
+// # Durability contract
+//
+// Item mutations (Store, Delete, Arith, Touch, Flush) commit with
+// pebble.NoSync: they are visible to every reader when they return, but not yet
+// durable. DB.SyncWAL makes every mutation that returned before the call
+// durable; the server calls it once per batch of mutations and acknowledges
+// them only afterwards. Concurrent SyncWAL calls share fsyncs through Pebble's
+// group commit. With Options.WALSync false SyncWAL does nothing and acknowledged
+// writes may be lost on a crash or power loss. Note that a reader can see a
+// mutation before it is durable (read-uncommitted with respect to fsync).
+// Registry changes (CreateBucket, DeleteBucket, SetBucketSettings) and PutMeta
+// are synced before they return, whatever WALSync says.
+//
+// # Concurrency
+//
+// DB and Bucket are safe for concurrent use. Read-modify-write operations on a
+// key (CAS checks, ADD, APPEND, INCR, ...) are atomic: they hold one of 1024
+// striped mutexes, chosen by hashing bucket ID and key, across the read and the
+// NoSync commit, never across an fsync. A Bucket's RWMutex is held shared by
+// every data operation and exclusively by Flush, DeleteBucket and Close, so no
+// write lands in a keyspace after it was cleared. Get takes no stripe lock.
+//
+// Times are arguments: every data operation takes now (Unix seconds) and treats
+// an item whose expiry is ≤ now as missing. Only the sweeper reads a clock
+// (Options.Now); Open seeds the CAS counter from the wall clock (nanoseconds)
+// or, if higher, the largest CAS on disk, so CAS keeps increasing across
+// restarts.
+package engine
+
+import "errors"
+
+// Errors returned by engine. Callers compare with errors.Is; other errors
+// (I/O, corruption) are wrapped Pebble errors.
+var (
+	// ErrNotFound: the key (or meta record) does not exist or has expired.
+	ErrNotFound = errors.New("engine: key not found")
+	// ErrExists: CAS mismatch, or ADD on a live item.
+	ErrExists = errors.New("engine: key exists")
+	// ErrNotStored: APPEND or PREPEND on a missing item.
+	ErrNotStored = errors.New("engine: item not stored")
+	// ErrNonNumeric: INCR/DECR on a value that is not a decimal uint64.
+	ErrNonNumeric = errors.New("engine: value is not a decimal number")
+	// ErrTooBig: the resulting value would exceed Options.MaxValueSize.
+	ErrTooBig = errors.New("engine: value too big")
+	// ErrBucketExists: CreateBucket with a name already in use.
+	ErrBucketExists = errors.New("engine: bucket exists")
+	// ErrBucketNotFound: no bucket with that name.
+	ErrBucketNotFound = errors.New("engine: bucket not found")
+	// ErrBucketDeleted: the *Bucket was deleted; get a new one with Bucket.
+	ErrBucketDeleted = errors.New("engine: bucket deleted")
+	// ErrBadBucketName: name is not 1–100 bytes of [A-Za-z0-9_.%-].
+	ErrBadBucketName = errors.New("engine: bad bucket name")
+	// ErrClosed: the DB was closed.
+	ErrClosed = errors.New("engine: closed")
+)

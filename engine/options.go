@@ -1,0 +1,137 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Defaults applied by Options.EnsureDefaults to zero-valued fields.
+const (
+	DefaultCacheSize     = 64 << 20
+	DefaultMemTableSize  = 32 << 20
+	DefaultMaxValueSize  = 1 << 20
+	DefaultSweepInterval = 5 * time.Second
+
+	// maxValueLimit bounds MaxValueSize: a value and its record must fit
+	// comfortably in one Pebble batch.
+	maxValueLimit = 256 << 20
+)
+
+// Options configures Open. Zero values take the documented defaults
+// (EnsureDefaults); Validate reports values that cannot work.
+type Options struct {
+	// Dir is the Pebble directory. Required.
+	Dir string
+	// WALSync: when true SyncWAL fsyncs the WAL; when false SyncWAL is a no-op
+	// and acknowledged mutations may be lost on a crash or power loss.
+	WALSync bool
+	// CacheSize is the block cache size in bytes. Default 64 MiB.
+	CacheSize int64
+	// MemTableSize is Pebble's memtable size in bytes. Default the larger of
+	// 32 MiB and 4×MaxValueSize: Pebble handles a batch over half a memtable
+	// as a "large batch" (correct, but it forces a memtable flush).
+	MemTableSize int64
+	// MaxValueSize is the largest value Store may write (any mode, including
+	// the result of APPEND/PREPEND); larger → ErrTooBig. Default 1 MiB.
+	MaxValueSize int
+	// SweepInterval is how often the sweeper deletes expired items from
+	// disk. Default 5s.
+	SweepInterval time.Duration
+	// Logger receives engine and Pebble logs. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock the sweeper uses (and nothing else). Default time.Now.
+	Now func() time.Time
+
+	// fs replaces Pebble's filesystem; set by tests only.
+	fs vfs.FS
+}
+
+// EnsureDefaults sets every zero-valued field to its default.
+func (o *Options) EnsureDefaults() {
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	if o.MaxValueSize == 0 {
+		o.MaxValueSize = DefaultMaxValueSize
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = max(DefaultMemTableSize, 4*int64(o.MaxValueSize))
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = DefaultSweepInterval
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Validate reports the first field that cannot work. Call it after
+// EnsureDefaults (Open does both).
+func (o *Options) Validate() error {
+	switch {
+	case o.Dir == "":
+		return errors.New("engine: options: Dir is required")
+	case o.CacheSize < 0:
+		return fmt.Errorf("engine: options: CacheSize %d is negative", o.CacheSize)
+	case o.MemTableSize < 1<<20 || o.MemTableSize > 4<<30:
+		return fmt.Errorf("engine: options: MemTableSize %d is outside [1 MiB, 4 GiB]", o.MemTableSize)
+	case o.MaxValueSize <= 0 || o.MaxValueSize > maxValueLimit:
+		return fmt.Errorf("engine: options: MaxValueSize %d is outside [1, %d]", o.MaxValueSize, maxValueLimit)
+	case o.SweepInterval <= 0:
+		return fmt.Errorf("engine: options: SweepInterval %v must be positive", o.SweepInterval)
+	case o.Logger == nil:
+		return errors.New("engine: options: Logger is nil")
+	case o.Now == nil:
+		return errors.New("engine: options: Now is nil")
+	}
+	return nil
+}
+
+// pebbleOptions translates o into Pebble's options.
+func (o *Options) pebbleOptions() *pebble.Options {
+	po := &pebble.Options{
+		CacheSize:          o.CacheSize,
+		MemTableSize:       uint64(o.MemTableSize),
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             pebbleLogger{o.Logger},
+		FS:                 o.fs,
+	}
+	// Bloom filters on every level make misses (ADD of a new key, GET of an
+	// absent one) cheap: about one cached filter probe per level.
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	return po
+}
+
+// pebbleLogger adapts slog to Pebble's Logger interface. Pebble's Infof
+// lines (WAL replay details at Open) go to Debug.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	if p.l.Enabled(context.Background(), slog.LevelDebug) {
+		p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
+	}
+}
+
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
+}
+
+// Fatalf is called by Pebble on unrecoverable errors (e.g. a failed WAL
+// write); Pebble's state is undefined afterwards, so it must not return.
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := "pebble: fatal: " + fmt.Sprintf(format, args...)
+	p.l.Error(msg)
+	panic(msg)
+}
