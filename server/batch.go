@@ -131,9 +131,13 @@ func (s *Server) run(b *batch) {
 func (s *Server) execBatch(b *batch) {
 	now := uint32(s.opts.Now().Unix())
 	mutated := false
+	start := s.opts.Now()
 	for _, r := range b.reqs {
 		s.exec(b.bucket, r, now)
 		s.meter(b.bucket, r)
+		end := s.opts.Now()
+		s.metrics.observe(r.wu > 0 || r.mut, end.Sub(start))
+		start = end
 		mutated = mutated || r.mut
 	}
 	if mutated {

@@ -41,6 +41,7 @@ type Server struct {
 	totalConns atomic.Int64
 	jobs       sync.WaitGroup // batches submitted and not yet run
 	work       workers
+	metrics    *metrics
 
 	stopHouse chan struct{}
 	houseDone chan struct{}
@@ -79,6 +80,7 @@ func New(opts Options) (*Server, error) {
 		houseDone: make(chan struct{}),
 		throttle:  newThrottle(&opts),
 	}
+	s.metrics = newMetrics(s)
 	s.defaults.Store(&opts.DefaultSettings)
 	if err := s.loadNodeSettings(); err != nil {
 		_ = db.Close()

@@ -10,13 +10,13 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"kvd/config"
 	"kvd/server"
@@ -59,7 +59,12 @@ func run() error {
 	}
 	log.Info("kvd serving", "listen", *listen, "data_dir", *dataDir, "wal_sync", cfg.WALSync)
 	if *metrics != "" {
-		go serveMetrics(*metrics, log)
+		stop, err := serveMetrics(*metrics, srv.MetricsHandler(), log)
+		if err != nil {
+			_ = srv.Shutdown(context.Background())
+			return err
+		}
+		defer stop()
 	}
 
 	sig := make(chan os.Signal, 1)
@@ -143,10 +148,22 @@ func newLogger(level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
-func serveMetrics(addr string, log *slog.Logger) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.Handler())
-	if err := http.ListenAndServe(addr, mux); err != nil {
-		log.Error("metrics listener failed", "addr", addr, "err", err)
+// serveMetrics serves /metrics (and /debug/pprof) on addr until stop.
+func serveMetrics(addr string, metrics http.Handler, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen: %w", err)
 	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics listener failed", "addr", addr, "err", err)
+		}
+	}()
+	log.Info("metrics serving", "addr", addr)
+	return func() { _ = hs.Close() }, nil
 }
