@@ -44,11 +44,11 @@ type conn struct {
 
 	parkedSince  time.Time     // when the head command was first throttled; zero when not
 	throttledFor time.Duration // how long the next batched command was held
-	out      []byte  // replies of this pass, written once at the end
-	inflight *batch  // batch executing off the loop, nil when none
-	collect  *batch  // batch being assembled in this pass
-	quitting bool    // QUIT seen: close after flushing
-	closed   bool    // OnClose ran
+	out          []byte        // replies of this pass, written once at the end
+	inflight     *batch        // batch executing off the loop, nil when none
+	collect      *batch        // batch being assembled in this pass
+	quitting     bool          // QUIT seen: close after flushing
+	closed       bool          // OnClose ran
 
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set

@@ -21,15 +21,15 @@ import (
 type Server struct {
 	gnet.BuiltinEventEngine
 
-	opts    Options
-	log     *slog.Logger
-	db      *engine.DB
-	users   *tenant.Users
+	opts     Options
+	log      *slog.Logger
+	db       *engine.DB
+	users    *tenant.Users
 	buckets  registry
 	throttle *tenant.Throttle
 	defaults atomic.Pointer[tenant.Settings] // settings of buckets created without any
 	started  time.Time
-	pid     int
+	pid      int
 
 	eng      gnet.Engine
 	booted   chan struct{}
