@@ -77,7 +77,7 @@ type BucketThrottle struct {
 	active    atomic.Bool  // had a connection during this second
 	clients   atomic.Int64
 	warm      bool  // guarded by Throttle.mu: had a connection during the last second
-	demand    int64 // guarded by Throttle.mu: free-pool demand for this second
+	demand    int64 // guarded by Throttle.mu: units wanted this second, reservation included; Unlimited for all it can get
 
 	ru, wu, commands, throttled, rejected, waitUS atomic.Int64
 }
@@ -148,6 +148,12 @@ func (t *Throttle) Check(b *BucketThrottle, pending int64) bool {
 		return true
 	}
 	if !t.free.Below(t.freeCap.Load(), pending) || !t.node.Below(t.capacity.Load(), pending) {
+		// The pool ran out under this bucket: it wanted more of it, just
+		// like a bucket stopped by its share (the last bucket to reach its
+		// share finds the pool exhausted first).
+		if !b.wantMore.Load() {
+			b.wantMore.Store(true)
+		}
 		return false
 	}
 	if hl := b.hardLimit.Load(); hl >= 0 && !b.used.Below(hl, pending) {
@@ -213,12 +219,13 @@ func (t *Throttle) Tick(now time.Time) bool {
 // slow start, and its free-pool demand for the next second.
 func (b *BucketThrottle) tickLocked(n int64) {
 	hl := b.hardLimit.Load()
+	var used int64
 	if hl >= 0 {
-		b.used.Tick(n * hl)
+		used = b.used.Tick(n * hl)
 	} else {
-		b.used.Tick(gauge.Unlimited)
+		used = b.used.Tick(gauge.Unlimited)
 	}
-	took := b.freeUsed.Tick(gauge.Unlimited)
+	b.freeUsed.Tick(gauge.Unlimited)
 	b.warm = b.active.Swap(b.clients.Load() > 0)
 	switch {
 	case b.reserved.Load() < 0:
@@ -226,7 +233,7 @@ func (b *BucketThrottle) tickLocked(n int64) {
 	case b.wantMore.Swap(false):
 		b.demand = gauge.Unlimited
 	default:
-		b.demand = took + took/4 + 1
+		b.demand = used + used/4 + 1 // all units; refreshLocked takes off the reservation
 	}
 }
 
@@ -251,6 +258,12 @@ func (t *Throttle) refreshLocked() {
 	for i := range n {
 		b := t.buckets[(i+t.rotate)%n]
 		d := b.demand
+		switch {
+		case b.reserved.Load() < 0:
+			d = 0 // never draws on the free pool
+		case d > 0:
+			d = max(0, d-b.effective.Load())
+		}
 		if hl := b.hardLimit.Load(); hl >= 0 && b.reserved.Load() >= 0 {
 			room := max(0, hl-b.effective.Load())
 			if d < 0 || d > room {
