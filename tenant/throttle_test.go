@@ -347,7 +347,7 @@ func TestThrottleReservedGuarantee(t *testing.T) {
 		// Second 1 is a transient: A, refused during its slow-start second,
 		// demands the whole pool for one second and then takes only 2500.
 		b, c := s.got[1][sec], s.got[2][sec]
-		if sec >= 2 && !within(b, 3500, 0.1) || !within(c, 3500, 0.1) || !within(b, c, 0.1) {
+		if sec >= 2 && (!within(b, 3500, 0.1) || !within(c, 3500, 0.1) || !within(b, c, 0.1)) {
 			t.Errorf("second %d: B got %d, C got %d; want each ≈ 3500 (half the free pool) ± 10%%", sec, b, c)
 		}
 	}
