@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"kvd/ingress"
 	"kvd/protocol/binary"
 )
 
@@ -26,8 +27,9 @@ type request struct {
 	size   int    // resulting value length (APPEND, PREPEND)
 	mut    bool   // a mutation succeeded: needs the WAL sync before its ack
 
-	ru, wu    int64         // units charged
-	throttled time.Duration // how long throttling held it
+	ru, wu    int64          // units charged
+	throttled time.Duration  // how long throttling held it
+	ticket    ingress.Ticket // its ingress ticket, released when it is done
 }
 
 // header is what a reply needs to echo.
@@ -150,6 +152,7 @@ func (s *Server) execBatch(b *batch) {
 			}
 		}
 	}
+	s.releaseTickets(b)
 	for _, r := range b.reqs {
 		b.out = b.c.appendResult(b.out, r)
 	}

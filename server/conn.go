@@ -44,11 +44,12 @@ type conn struct {
 
 	parkedSince  time.Time     // when the head command was first throttled; zero when not
 	throttledFor time.Duration // how long the next batched command was held
-	out          []byte        // replies of this pass, written once at the end
-	inflight     *batch        // batch executing off the loop, nil when none
-	collect      *batch        // batch being assembled in this pass
-	quitting     bool          // QUIT seen: close after flushing
-	closed       bool          // OnClose ran
+
+	out      []byte // replies of this pass, written once at the end
+	inflight *batch // batch executing off the loop, nil when none
+	collect  *batch // batch being assembled in this pass
+	quitting bool   // QUIT seen: close after flushing
+	closed   bool   // OnClose ran
 
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set
@@ -175,25 +176,15 @@ func (c *conn) precheck(req *binary.Request) (binary.Status, string) {
 	return binary.StatusOK, ""
 }
 
-// batchData adds a data command to the batch being collected. Admission
-// (throttling, ingress) is asked here, before the command is copied.
+// batchData passes a data command through admission, which adds it to the
+// batch being collected (or queues it, or answers it). It returns false
+// when the command stays in the input for later.
 func (c *conn) batchData(req *binary.Request) bool {
 	b := c.collect
 	if b != nil && (len(b.reqs) >= maxBatchCommands || b.bytes+len(req.Value) > maxBatchBytes) {
 		return false
 	}
-	switch c.srv.admit(c, req) {
-	case admitWait:
-		return false
-	case admitAnswered:
-		return true
-	}
-	if b == nil {
-		b = newBatch(c, c.bucket)
-		c.collect = b
-	}
-	b.add(req).throttled, c.throttledFor = c.throttledFor, 0
-	return true
+	return c.srv.admit(c, req) != admitWait
 }
 
 // dispatch sends the collected batch to a worker.
@@ -248,6 +239,9 @@ func (c *conn) collectDone() {
 // close runs on the loop from OnClose.
 func (c *conn) close() {
 	c.closed = true
+	if b := c.inflight; b != nil {
+		c.srv.abandon(b, c.srv.opts.Now())
+	}
 	c.deselect()
 	c.mu.Lock()
 	c.gone = true

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"strings"
 
+	"kvd/ingress"
 	mc "kvd/protocol/binary"
 	"kvd/tenant"
 )
@@ -26,6 +27,9 @@ var helloFeatures = map[uint16]features{
 // handleControl answers a command that is not a data command. Those that do
 // I/O or slow work become a one-command job on a worker.
 func (c *conn) handleControl(req *mc.Request) {
+	// Control commands are exempt from ingress admission, and counted.
+	now := c.srv.opts.Now()
+	c.srv.ingress.Release(c.srv.ingress.StartExempt(ingress.Read, now), now)
 	switch req.Opcode {
 	case mc.OpNoop, mc.OpVerbosity:
 		c.reply(req, mc.StatusOK, 0, nil, nil, nil)

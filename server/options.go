@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"kvd/ingress"
 	"kvd/tenant"
 )
 
@@ -24,6 +25,13 @@ type BucketSpec struct {
 	Name     string
 	Settings BucketSettings
 }
+
+// IngressOptions configure ticketed admission and its prober (see package
+// ingress).
+type IngressOptions = ingress.Options
+
+// NoQueue as Ingress.MaxQueueDepth rejects at once when no ticket is free.
+const NoQueue = ingress.NoQueue
 
 // UserSpec is a configured user, as the config file states it.
 type UserSpec struct {
@@ -81,6 +89,8 @@ type Options struct {
 	// MaxThrottleWait is the longest a throttled command stays parked
 	// before it is answered 0x86. Default 30s.
 	MaxThrottleWait time.Duration
+	// Ingress configures ticketed admission. Defaults: see package ingress.
+	Ingress IngressOptions
 	// Logger receives admin changes and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -128,6 +138,10 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxThrottleWait <= 0 {
 		o.MaxThrottleWait = 30 * time.Second
 	}
+	if o.Ingress.Probe.GOMAXPROCS == 0 {
+		o.Ingress.Probe.GOMAXPROCS = runtime.GOMAXPROCS(0)
+	}
+	o.Ingress.EnsureDefaults()
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -140,6 +154,9 @@ func (o *Options) EnsureDefaults() {
 func (o *Options) Validate() error {
 	if o.MaxItemSize > o.MaxFrameSize {
 		return fmt.Errorf("server: max item size %d exceeds max frame size %d", o.MaxItemSize, o.MaxFrameSize)
+	}
+	if err := o.Ingress.Validate(); err != nil {
+		return err
 	}
 	if o.AnonymousBucket != "" {
 		if err := tenant.ValidBucketName(o.AnonymousBucket); err != nil {

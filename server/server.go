@@ -13,6 +13,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"kvd/engine"
+	"kvd/ingress"
 	"kvd/tenant"
 )
 
@@ -27,6 +28,7 @@ type Server struct {
 	users    *tenant.Users
 	buckets  registry
 	throttle *tenant.Throttle
+	ingress  *ingress.Controller
 	defaults atomic.Pointer[tenant.Settings] // settings of buckets created without any
 	started  time.Time
 	pid      int
@@ -79,6 +81,10 @@ func New(opts Options) (*Server, error) {
 		stopHouse: make(chan struct{}),
 		houseDone: make(chan struct{}),
 		throttle:  newThrottle(&opts),
+	}
+	if s.ingress, err = ingress.New(opts.Ingress); err != nil {
+		_ = db.Close()
+		return nil, err
 	}
 	s.metrics = newMetrics(s)
 	s.defaults.Store(&opts.DefaultSettings)
@@ -226,8 +232,9 @@ func (s *Server) housekeeping() {
 	defer close(s.houseDone)
 	t := time.NewTicker(housekeepingPeriod)
 	defer t.Stop()
-	lastSweep := s.opts.Now()
+	lastSweep, lastProbe := s.opts.Now(), s.opts.Now()
 	sweepEvery := min(s.opts.IdleTimeout/4, time.Second)
+	probeEvery := s.opts.Ingress.Probe.Interval
 	for {
 		select {
 		case <-s.stopHouse:
@@ -239,6 +246,10 @@ func (s *Server) housekeeping() {
 			for _, b := range s.buckets.all() {
 				b.wakeParked()
 			}
+		}
+		if now.Sub(lastProbe) >= probeEvery {
+			lastProbe = now
+			s.ingress.Tick(now)
 		}
 		if now.Sub(lastSweep) >= sweepEvery {
 			lastSweep = now

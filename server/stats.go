@@ -10,7 +10,7 @@ import (
 )
 
 // stats answers STAT: one reply per statistic, then an empty terminator.
-// Groups: "" (general), "bucket_details [name]", "throttle". An unknown
+// Groups: "" (general), "bucket_details [name]", "throttle", "ingress". An unknown
 // group gets 0x01.
 func (c *conn) stats(req *mc.Request) {
 	group, arg, _ := strings.Cut(string(req.Key), " ")
@@ -23,6 +23,8 @@ func (c *conn) stats(req *mc.Request) {
 		st, reason = c.bucketDetails(req, arg)
 	case "throttle":
 		c.throttleStats(req)
+	case "ingress":
+		c.ingressStats(req)
 	default:
 		st, reason = mc.StatusKeyNotFound, "unknown stat group "+strconv.Quote(group)
 	}

@@ -16,17 +16,12 @@ const (
 	admitRun      verdict = iota // run it now
 	admitWait                    // leave it in the input; the connection waits to be woken
 	admitAnswered                // it was answered (rejected) on the loop: consume it
+	admitQueued                  // it was copied into a batch waiting for a ticket: consume it
 )
 
-// admit is the one place where a decoded data command asks whether it may
-// run now. It is called on the loop before the command is copied into a
-// batch, and never blocks: a command that may not run yet stays in the
-// input and its connection is woken by whoever can change the answer (the
-// throttle tick).
-func (s *Server) admit(c *conn, req *mc.Request) verdict {
-	if c.unthrottled {
-		return admitRun
-	}
+// checkThrottle asks the bucket's throttle whether a throttled connection's
+// command may run now.
+func (s *Server) checkThrottle(c *conn, req *mc.Request) verdict {
 	b := c.bucket
 	if s.throttle.Check(b.thr, pendingUnits(req, s.opts.WriteUnitSize)) {
 		if !c.parkedSince.IsZero() {

@@ -106,6 +106,7 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 		ReadUnitSize:            cfg.ReadUnitSize,
 		WriteUnitSize:           cfg.WriteUnitSize,
 		MaxThrottleWait:         time.Duration(cfg.MaxThrottleWaitMS) * time.Millisecond,
+		Ingress:                 ingressOptions(cfg.Ingress),
 		Logger:                  log,
 		DefaultSettings: server.BucketSettings{
 			Reserved:  int64(cfg.DefaultThrottleReservedUnits),
@@ -138,6 +139,22 @@ func bucketSettings(b config.Bucket, def server.BucketSettings) server.BucketSet
 	s.DeadlinePercentile = b.DeadlinePercentile
 	s.ExpectedExecution = time.Duration(b.ExpectedExecutionUS) * time.Microsecond
 	return s
+}
+
+func ingressOptions(in config.Ingress) server.IngressOptions {
+	o := server.IngressOptions{
+		NodeTickets:   in.Tickets,
+		MaxQueueDepth: in.MaxQueueDepth,
+		QueueTimeout:  time.Duration(in.QueueTimeoutMS) * time.Millisecond,
+	}
+	if in.MaxQueueDepth == 0 {
+		o.MaxQueueDepth = server.NoQueue // the config's 0 means: no queue at all
+	}
+	p := in.Probe
+	o.Probe.Interval = time.Duration(p.IntervalMS) * time.Millisecond
+	o.Probe.Min, o.Probe.Max, o.Probe.Initial = p.Min, p.Max, p.Initial
+	o.Probe.ReadWriteRatio, o.Probe.EMAWeight, o.Probe.Step = p.ReadWriteRatio, p.EMAWeight, p.Step
+	return o
 }
 
 func newLogger(level string) (*slog.Logger, error) {
