@@ -21,10 +21,14 @@ var allowedImports = map[string][]string{
 	"kvd/ingress":         {"kvd/probe", "kvd/gauge"},
 	"kvd/server": {"kvd/protocol/binary", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/probe",
 		"kvd/gauge", "github.com/panjf2000/gnet/v2", "github.com/tidwall/gjson",
-		"github.com/prometheus/client_golang", "github.com/cockroachdb/pebble/v2"},
-	"kvd/cmd/kvd":     {"kvd/config", "kvd/server", "github.com/prometheus/client_golang"},
-	"kvd/cmd/kvctl":   {"kvd/protocol/binary", "kvd/tenant"},
-	"kvd/cmd/kvbench": {"kvd/protocol/binary", "gonum.org/v1/plot"},
+		"github.com/prometheus/client_golang", "github.com/prometheus/client_model",
+		"github.com/cockroachdb/pebble/v2"},
+	"kvd/cmd/kvd":           {"kvd/config", "kvd/server", "github.com/prometheus/client_golang"},
+	"kvd/cmd/kvctl":         {"kvd/client", "kvd/protocol/binary", "kvd/tenant"},
+	"kvd/cmd/kvbench":       {"kvd/bench"},
+	"kvd/bench":             {"kvd/protocol/binary", "gonum.org/v1/plot"},
+	"kvd/client":            {"kvd/protocol/binary"},
+	"kvd/client/clienttest": {"kvd/client", "kvd/protocol/binary"},
 }
 
 type listedPackage struct {

@@ -26,7 +26,8 @@ usage: kvbench [flags]
   --bucket SPEC is repeatable, one per tenant:
   %s
   Without --bucket: one tenant on the anonymous bucket (no auth, no SELECT_BUCKET).
-  With --anonymous, bucket names are only labels and key prefixes (for memcached).
+  With --anonymous, no SELECT_BUCKET is sent: bucket names are only labels and
+  key prefixes (for memcached, or several tenants on kvd's anonymous bucket).
 
 examples:
   kvbench --bucket default:4 --bucket app:8:5000,user=app,password=app-secret
