@@ -242,11 +242,7 @@ func (s *Server) housekeeping() {
 		case <-t.C:
 		}
 		now := s.opts.Now()
-		if s.throttle.Tick(now) {
-			for _, b := range s.buckets.all() {
-				b.wakeParked()
-			}
-		}
+		s.tick(now)
 		if now.Sub(lastProbe) >= probeEvery {
 			lastProbe = now
 			s.ingress.Tick(now)

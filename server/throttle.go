@@ -22,8 +22,10 @@ const (
 // checkThrottle asks the bucket's throttle whether a throttled connection's
 // command may run now.
 func (s *Server) checkThrottle(c *conn, req *mc.Request) verdict {
-	b := c.bucket
-	if s.throttle.Check(b.thr, pendingUnits(req, s.opts.WriteUnitSize)) {
+	b, pending := c.bucket, pendingUnits(req, s.opts.WriteUnitSize)
+	// A refusal right after a second boundary that housekeeping has not
+	// ticked yet would be wrong: end the second here and ask again.
+	if s.throttle.Check(b.thr, pending) || (s.tick(s.opts.Now()) && s.throttle.Check(b.thr, pending)) {
 		if !c.parkedSince.IsZero() {
 			c.throttledFor = s.opts.Now().Sub(c.parkedSince)
 			b.thr.AddWait(c.throttledFor)
@@ -133,6 +135,18 @@ func (b *bucket) wakeParked() {
 		c.parked.Store(false)
 		_ = c.gc.Wake(nil)
 	}
+}
+
+// tick ends the throttle's second if it is over and wakes every parked
+// connection to ask again. It never blocks: it may run on a loop.
+func (s *Server) tick(now time.Time) bool {
+	if !s.throttle.Tick(now) {
+		return false
+	}
+	for _, b := range s.buckets.all() {
+		b.wakeParked()
+	}
+	return true
 }
 
 // newThrottle builds the node throttle from the options.
