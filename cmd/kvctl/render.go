@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"kvd/client"
+)
+
+// render prints a command's result.
+func render(stdout, stderr io.Writer, asJSON bool, res *result) int {
+	if asJSON {
+		out, err := json.MarshalIndent(res.json, "", "  ")
+		if err != nil {
+			fmt.Fprintf(stderr, "kvctl: encoding the output: %v\n", err)
+			return exitFailed
+		}
+		stdout.Write(append(out, '\n'))
+		return exitOK
+	}
+	if res.text != "" {
+		fmt.Fprintln(stdout, res.text)
+	}
+	return exitOK
+}
+
+// failure reports a command that failed: the reason on stderr and, with
+// --json, {"ok":false,…} on stdout. A usage error exits with exitUsage.
+func failure(stdout, stderr io.Writer, asJSON bool, what string, err error) int {
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return usageFailure(stdout, stderr, fmt.Errorf("%s: %w", what, err))
+	}
+	reason := err.Error()
+	out := object{{"ok", false}, {"error", reason}}
+	if se, ok := err.(*client.StatusError); ok { // the command itself was refused
+		reason = se.Reason()
+		out = object{{"ok", false}, {"status", int(se.Status)}, {"error", reason}}
+	}
+	fmt.Fprintf(stderr, "kvctl: %s: %s\n", what, reason)
+	if asJSON {
+		b, _ := json.MarshalIndent(out, "", "  ")
+		stdout.Write(append(b, '\n'))
+	}
+	return exitFailed
+}
+
+// statsResult renders a STAT group: "name value" lines, and for --json one
+// object {name: value} in the server's order, where a value that is a JSON
+// object or array (bucket_details) is embedded as JSON and anything else
+// stays a string, as memcached sends it.
+func statsResult(stats []client.Stat) *result {
+	lines := make([]string, len(stats))
+	obj := make(object, len(stats))
+	for i, st := range stats {
+		lines[i] = st.Name + " " + st.Value
+		obj[i] = member{st.Name, statValue(st.Value)}
+	}
+	return &result{text: strings.Join(lines, "\n"), json: obj}
+}
+
+func statValue(v string) any {
+	t := bytes.TrimSpace([]byte(v))
+	if len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(t) {
+		return json.RawMessage(t)
+	}
+	return v
+}
