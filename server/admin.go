@@ -1,6 +1,9 @@
 package server
 
 import (
+	"errors"
+
+	"kvd/engine"
 	mc "kvd/protocol/binary"
 	"kvd/tenant"
 )
@@ -30,7 +33,7 @@ func (c *conn) createBucket(req *mc.Request) {
 			return
 		}
 		c.srv.log.Info("bucket created", "by", who, "bucket", name,
-			"reserved", set.Reserved, "hard_limit", set.HardLimit)
+			"limits", limitsText(set.Reserved, set.HardLimit))
 		b.out = c.appendReply(b.out, b.reqs[0].hdr, mc.StatusOK, 0, nil, nil, nil)
 	})
 }
@@ -46,6 +49,9 @@ func (c *conn) deleteBucket(req *mc.Request) {
 	c.startControl(req, func(b *batch) {
 		if err := c.srv.deleteBucket(name); err != nil {
 			st, reason := statusOf(err)
+			if errors.Is(err, engine.ErrBucketNotFound) {
+				reason = "no such bucket: " + name
+			}
 			b.out = c.appendError(b.out, b.reqs[0].hdr, st, reason, nil)
 			return
 		}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"strconv"
 
 	"kvd/protocol/binary"
@@ -74,10 +75,12 @@ func (c *conn) appendError(dst []byte, h header, st binary.Status, reason string
 }
 
 // appendErrorJSON appends {"error":{"context":reason[,"retry_after_us":N]}};
-// retryAfter < 0 leaves the field out.
+// retryAfter < 0 leaves the field out. The reason is JSON-escaped (invalid
+// UTF-8 from a client's key becomes U+FFFD).
 func appendErrorJSON(dst []byte, reason string, retryAfterUS int64) []byte {
 	dst = append(dst, `{"error":{"context":`...)
-	dst = strconv.AppendQuote(dst, reason)
+	quoted, _ := json.Marshal(reason)
+	dst = append(dst, quoted...)
 	if retryAfterUS >= 0 {
 		dst = append(dst, `,"retry_after_us":`...)
 		dst = strconv.AppendInt(dst, retryAfterUS, 10)

@@ -39,6 +39,16 @@ func (c *conn) stat(req *mc.Request, name string, value []byte) {
 	c.reply(req, mc.StatusOK, 0, nil, []byte(name), value)
 }
 
+// statJSON sends a stat whose value is a JSON document, marked as JSON
+// when the client negotiated the JSON feature.
+func (c *conn) statJSON(req *mc.Request, name string, doc []byte) {
+	res := mc.Response{Opcode: req.Opcode, Opaque: req.Opaque, Key: []byte(name), Value: doc}
+	if c.features&featJSON != 0 {
+		res.Datatype = mc.DatatypeJSON
+	}
+	c.out = mc.AppendResponse(c.out, req.Alt(), &res)
+}
+
 func (c *conn) statInt(req *mc.Request, name string, v int64) {
 	var b [20]byte
 	c.stat(req, name, strconv.AppendInt(b[:0], v, 10))
@@ -127,7 +137,7 @@ func (c *conn) bucketDetails(req *mc.Request, name string) (mc.Status, string) {
 			return mc.StatusKeyNotFound, "no such bucket: " + name
 		}
 		doc, _ := json.Marshal(detailOf(b))
-		c.stat(req, name, doc)
+		c.statJSON(req, name, doc)
 		return mc.StatusOK, ""
 	}
 	var all struct {
@@ -140,7 +150,7 @@ func (c *conn) bucketDetails(req *mc.Request, name string) (mc.Status, string) {
 		}
 	}
 	doc, _ := json.Marshal(all)
-	c.stat(req, "bucket_details", doc)
+	c.statJSON(req, "bucket_details", doc)
 	return mc.StatusOK, ""
 }
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"strings"
 
 	"kvd/engine"
 	"kvd/protocol/binary"
@@ -28,12 +29,27 @@ func statusOf(err error) (binary.Status, string) {
 		return binary.StatusKeyNotFound, "no such bucket"
 	case errors.Is(err, engine.ErrBucketDeleted):
 		return binary.StatusNoBucket, "the selected bucket was deleted"
-	case errors.Is(err, engine.ErrBadBucketName), errors.Is(err, tenant.ErrInvalidSettings):
-		return binary.StatusInvalidArguments, err.Error()
+	case errors.Is(err, engine.ErrBadBucketName):
+		return binary.StatusInvalidArguments, reasonOf(err, engine.ErrBadBucketName)
+	case errors.Is(err, tenant.ErrInvalidBucketName):
+		return binary.StatusInvalidArguments, reasonOf(err, tenant.ErrInvalidBucketName)
+	case errors.Is(err, tenant.ErrInvalidSettings):
+		return binary.StatusInvalidArguments, reasonOf(err, tenant.ErrInvalidSettings)
 	case errors.Is(err, tenant.ErrAuthFailed):
 		return binary.StatusAuthError, "Auth failure"
 	case errors.Is(err, engine.ErrClosed):
 		return binary.StatusTemporaryFailure, "server is shutting down"
 	}
 	return binary.StatusInternal, err.Error()
+}
+
+// reasonOf is err's text for a client: the detail after the package's
+// sentinel ("tenant: invalid settings: reserved 9 exceeds hard_limit 5"
+// becomes "invalid settings: reserved 9 exceeds hard_limit 5").
+func reasonOf(err, sentinel error) string {
+	s := err.Error()
+	if _, rest, ok := strings.Cut(s, ": "); ok && strings.HasPrefix(s, sentinel.Error()) {
+		return rest
+	}
+	return s
 }

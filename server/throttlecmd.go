@@ -133,9 +133,9 @@ func parseNodeSettings(value []byte, cur nodeSettings) (nodeSettings, error) {
 		if next.DefaultHardLimit, err = limitField(doc, "default_throttle_hard_limit"); err != nil {
 			return cur, err
 		}
-		set := tenant.Settings{Reserved: next.DefaultReserved, HardLimit: next.DefaultHardLimit}
-		if err := set.Validate(); err != nil {
-			return cur, err
+		if r, h := next.DefaultReserved, next.DefaultHardLimit; h >= 0 && (r < 0 || r > h) {
+			return cur, fmt.Errorf("default_throttle_reserved_units %s exceeds default_throttle_hard_limit %s",
+				limitText(r), limitText(h))
 		}
 	}
 	return next, nil
