@@ -260,3 +260,16 @@ func meetBelow(level int64, demands, out []int64) met {
 	}
 	return m
 }
+
+// Clamp lowers the gauge to limit if it is above it, and returns the value it
+// had. It is for a limit that changes mid-second: usage that was within the
+// old limit must not become debt under the new one. A negative limit leaves
+// the gauge alone.
+func (g *Gauge) Clamp(limit int64) int64 {
+	for {
+		v := g.value.Load()
+		if limit < 0 || v <= limit || g.value.CompareAndSwap(v, limit) {
+			return v
+		}
+	}
+}

@@ -492,3 +492,18 @@ func BenchmarkNextTickMicros(b *testing.B) {
 		}
 	}
 }
+
+func TestClamp(t *testing.T) {
+	for _, tc := range []struct{ value, limit, want int64 }{
+		{0, 10, 0}, {5, 10, 5}, {10, 10, 10}, {15, 10, 10}, {15, 0, 0}, {15, Unlimited, 15},
+	} {
+		var g Gauge
+		g.Add(tc.value)
+		if old := g.Clamp(tc.limit); old != tc.value {
+			t.Errorf("Clamp(%d) on %d returned %d, want the old value", tc.limit, tc.value, old)
+		}
+		if got := g.Value(); got != tc.want {
+			t.Errorf("Clamp(%d) on %d left %d, want %d", tc.limit, tc.value, got, tc.want)
+		}
+	}
+}

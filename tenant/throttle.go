@@ -131,11 +131,14 @@ func (t *Throttle) SetCapacity(capacity int64) {
 func (t *Throttle) Capacity() int64 { return t.capacity.Load() }
 
 // SetLimits changes a bucket's reserved units and hard limit; they apply at
-// once.
+// once. Usage this second above a lowered hard limit is forgiven rather than
+// carried over: it was within the limit in force when it happened.
 func (t *Throttle) SetLimits(b *BucketThrottle, reserved, hardLimit int64) {
 	t.mu.Lock()
 	b.reserved.Store(reserved)
-	b.hardLimit.Store(hardLimit)
+	if old := b.hardLimit.Swap(hardLimit); hardLimit >= 0 && (old < 0 || hardLimit < old) {
+		b.used.Clamp(hardLimit)
+	}
 	t.refreshLocked()
 	t.mu.Unlock()
 }

@@ -602,3 +602,21 @@ func TestThrottleUnlimitedReservationTakesNoShare(t *testing.T) {
 		t.Errorf("b ran %d, want the whole free pool 10000", n)
 	}
 }
+
+// Lowering a hard limit mid-second forgives the usage above the new limit
+// instead of carrying it over: it was legal when it happened.
+func TestThrottleLoweredLimitLeavesNoDebt(t *testing.T) {
+	th := tenant.NewThrottle(10000, thrBase)
+	b := th.Add("b", 0, 4000)
+	if n := drain(th, b, 100000); n != 4000 {
+		t.Fatalf("ran %d under hard limit 4000, want 4000", n)
+	}
+	th.SetLimits(b, 0, 2000)
+	if n := drain(th, b, 100000); n != 0 {
+		t.Errorf("ran %d more in the same second after lowering to 2000, want 0", n)
+	}
+	th.Tick(atMs(1000))
+	if n := drain(th, b, 100000); n != 2000 {
+		t.Errorf("next second ran %d, want the full new limit 2000 (no carried debt)", n)
+	}
+}
