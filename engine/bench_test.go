@@ -12,11 +12,18 @@ import (
 
 const benchKeys = 10000
 
+// Item cache settings for benchmarks (Options.ItemCacheSize).
+const (
+	cacheOn  = DefaultItemCacheSize
+	cacheOff = -1
+)
+
 // benchBucket returns a bucket holding benchKeys items of valueSize bytes,
-// flushed to sstables when flush is set.
-func benchBucket(b *testing.B, valueSize int, flush bool) (*Bucket, [][]byte) {
+// flushed to sstables when flush is set, with the given item cache (every
+// item is resident when it is on: stores write through).
+func benchBucket(b *testing.B, valueSize int, flush bool, itemCache int64) (*Bucket, [][]byte) {
 	b.Helper()
-	db := openTest(b, nil)
+	db := openTest(b, func(o *Options) { o.ItemCacheSize = itemCache })
 	bk := newBucketT(b, db, "bench")
 	keys := make([][]byte, benchKeys)
 	val := make([]byte, valueSize)
@@ -34,10 +41,21 @@ func benchBucket(b *testing.B, valueSize int, flush bool) (*Bucket, [][]byte) {
 	return bk, keys
 }
 
+// BenchmarkGet: a hit from Pebble's memtable or an sstable with the item
+// cache off, and a hit in the item cache.
 func BenchmarkGet(b *testing.B) {
-	for _, flush := range []bool{false, true} {
-		b.Run(fmt.Sprintf("sstable=%v", flush), func(b *testing.B) {
-			bk, keys := benchBucket(b, 100, flush)
+	cases := []struct {
+		name      string
+		flush     bool
+		itemCache int64
+	}{
+		{"cache=off/sstable=false", false, cacheOff},
+		{"cache=off/sstable=true", true, cacheOff},
+		{"cache=on", true, cacheOn},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			bk, keys := benchBucket(b, 100, c.flush, c.itemCache)
 			dst := make([]byte, 0, 256)
 			b.ReportAllocs()
 			i := 0
@@ -52,7 +70,42 @@ func BenchmarkGet(b *testing.B) {
 }
 
 func BenchmarkGetParallel(b *testing.B) {
-	bk, keys := benchBucket(b, 100, true)
+	for _, itemCache := range []int64{cacheOff, cacheOn} {
+		b.Run(fmt.Sprintf("cache=%v", itemCache > 0), func(b *testing.B) {
+			bk, keys := benchBucket(b, 100, true, itemCache)
+			b.ReportAllocs()
+			b.ResetTimer()
+			var seq atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				dst := make([]byte, 0, 256)
+				i := int(seq.Add(7919))
+				for pb.Next() {
+					if _, err := bk.Get(keys[i%benchKeys], t0, dst); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkPeek is the event loop's look-up: a hit in the item cache.
+func BenchmarkPeek(b *testing.B) {
+	bk, keys := benchBucket(b, 100, true, cacheOn)
+	dst := make([]byte, 0, 256)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, ok := bk.Peek(keys[i%benchKeys], t0, dst); !ok {
+			b.Fatal("miss")
+		}
+		i++
+	}
+}
+
+func BenchmarkPeekParallel(b *testing.B) {
+	bk, keys := benchBucket(b, 100, true, cacheOn)
 	b.ReportAllocs()
 	b.ResetTimer()
 	var seq atomic.Int64
@@ -60,8 +113,8 @@ func BenchmarkGetParallel(b *testing.B) {
 		dst := make([]byte, 0, 256)
 		i := int(seq.Add(7919))
 		for pb.Next() {
-			if _, err := bk.Get(keys[i%benchKeys], t0, dst); err != nil {
-				b.Fatal(err)
+			if _, ok := bk.Peek(keys[i%benchKeys], t0, dst); !ok {
+				b.Fatal("miss")
 			}
 			i++
 		}
@@ -69,7 +122,7 @@ func BenchmarkGetParallel(b *testing.B) {
 }
 
 func BenchmarkGetMiss(b *testing.B) {
-	bk, _ := benchBucket(b, 100, true)
+	bk, _ := benchBucket(b, 100, true, cacheOn)
 	key := []byte("absent-key")
 	b.ReportAllocs()
 	for b.Loop() {
@@ -79,26 +132,30 @@ func BenchmarkGetMiss(b *testing.B) {
 	}
 }
 
+// BenchmarkStore overwrites resident items (with the cache on, each update
+// reuses the entry's buffer).
 func BenchmarkStore(b *testing.B) {
-	for _, size := range []int{100, 4096} {
-		b.Run(fmt.Sprintf("value=%d", size), func(b *testing.B) {
-			bk, keys := benchBucket(b, size, false)
-			val := make([]byte, size)
-			b.ReportAllocs()
-			b.SetBytes(int64(size))
-			i := 0
-			for b.Loop() {
-				if _, err := bk.Store(ModeSet, keys[i%benchKeys], val, 1, 0, 0, t0); err != nil {
-					b.Fatal(err)
+	for _, itemCache := range []int64{cacheOff, cacheOn} {
+		for _, size := range []int{100, 4096} {
+			b.Run(fmt.Sprintf("cache=%v/value=%d", itemCache > 0, size), func(b *testing.B) {
+				bk, keys := benchBucket(b, size, false, itemCache)
+				val := make([]byte, size)
+				b.ReportAllocs()
+				b.SetBytes(int64(size))
+				i := 0
+				for b.Loop() {
+					if _, err := bk.Store(ModeSet, keys[i%benchKeys], val, 1, 0, 0, t0); err != nil {
+						b.Fatal(err)
+					}
+					i++
 				}
-				i++
-			}
-		})
+			})
+		}
 	}
 }
 
 func BenchmarkStoreParallel(b *testing.B) {
-	bk, keys := benchBucket(b, 100, false)
+	bk, keys := benchBucket(b, 100, false, cacheOn)
 	val := make([]byte, 100)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -146,7 +203,7 @@ func BenchmarkStoreSyncWAL(b *testing.B) {
 }
 
 func BenchmarkIncr(b *testing.B) {
-	bk, _ := benchBucket(b, 1, false)
+	bk, _ := benchBucket(b, 1, false, cacheOn)
 	key := []byte("counter")
 	b.ReportAllocs()
 	for b.Loop() {

@@ -97,12 +97,23 @@ func (b *Bucket) setState(s bucketState) {
 }
 
 // Get returns the live item. Its Value is appended to dst[:0], so Get does
-// not allocate when dst has room. Errors: ErrNotFound (missing or expired).
+// not allocate when dst has room. It answers from the resident item cache
+// when it can, and otherwise reads Pebble and makes the item resident.
+// Errors: ErrNotFound (missing or expired).
 func (b *Bucket) Get(key []byte, now uint32, dst []byte) (Item, error) {
 	if err := b.enter(); err != nil {
 		return Item{}, err
 	}
 	defer b.leave()
+	c := b.db.cache
+	var tok fillToken
+	if c != nil {
+		it, hit, t := c.get(b.id, key, now, dst)
+		if hit {
+			return it, nil
+		}
+		tok = t
+	}
 	kb := getKeyBuf()
 	defer putKeyBuf(kb)
 	kb.b = appendItemKey(kb.b[:0], b.id, key)
@@ -118,7 +129,30 @@ func (b *Bucket) Get(key []byte, now uint32, dst []byte) (Item, error) {
 	if !h.live(now) {
 		return Item{}, ErrNotFound
 	}
+	if c != nil {
+		if hook := b.db.testHookBeforeFill; hook != nil {
+			hook()
+		}
+		c.fill(tok, b.id, key, h, v)
+	}
 	return Item{Flags: h.flags, Expiry: h.expiry, CAS: h.cas, Value: append(dst[:0], v...)}, nil
+}
+
+// Peek looks key up in the resident item cache only, for callers that must
+// not block (kvd's event loops): it never touches Pebble and takes no lock
+// but one cache shard's mutex, which is never held across I/O. ok is true
+// only for a resident item live at now; its Value is appended to dst[:0]
+// (no allocation when dst has room). ok false means "not resident": the
+// item may still exist, and the caller must Get it (on a worker). A Peek
+// never returns a value older than a mutation that has returned, nor one
+// Pebble never committed. With the cache disabled Peek always misses.
+func (b *Bucket) Peek(key []byte, now uint32, dst []byte) (Item, bool) {
+	c := b.db.cache
+	if c == nil {
+		return Item{}, false
+	}
+	it, ok, _ := c.get(b.id, key, now, dst)
+	return it, ok
 }
 
 // Touch sets a new expiry (absolute, 0 = never) on a live item and returns
@@ -307,7 +341,12 @@ func (b *Bucket) Flush() error {
 		start, end := bucketRange(kind, b.id)
 		_ = batch.DeleteRange(start, end, nil)
 	}
-	if err := batch.Commit(b.db.writeO); err != nil {
+	err := batch.Commit(b.db.writeO)
+	if b.db.cache != nil {
+		// b.mu is held exclusively: nothing refills the cache meanwhile.
+		b.db.cache.dropBucket(b.id)
+	}
+	if err != nil {
 		return fmt.Errorf("engine: flush bucket %q: %w", b.name, err)
 	}
 	b.count.Store(0)
@@ -369,7 +408,8 @@ func (b *Bucket) readLocked(ik, key []byte, now uint32) (current, error) {
 }
 
 // putLocked writes item ik = header h ‖ v1 ‖ v2, moves its expiry index
-// entry from cur's expiry to h.expiry, and commits without sync.
+// entry from cur's expiry to h.expiry, commits without sync, and then
+// writes the item through to the resident cache.
 func (b *Bucket) putLocked(ik, key []byte, cur *current, h header, v1, v2 []byte) error {
 	batch := b.db.pdb.NewBatch()
 	defer batch.Close()
@@ -387,25 +427,40 @@ func (b *Bucket) putLocked(ik, key []byte, cur *current, h header, v1, v2 []byte
 		b.indexSet(batch, h.expiry, key)
 	}
 	if err := batch.Commit(b.db.writeO); err != nil {
+		b.uncache(key) // Pebble's state is unknown: forget the key
 		return fmt.Errorf("engine: store in %q: %w", b.name, err)
 	}
 	if !cur.exists {
 		b.count.Add(1)
 	}
+	if b.db.cache != nil {
+		b.db.cache.set(b.id, key, h, v1, v2)
+	}
 	return nil
 }
 
-// deleteLocked deletes item ik and its expiry index entry, without sync.
+// deleteLocked deletes item ik and its expiry index entry, without sync,
+// and drops the key from the resident cache.
 func (b *Bucket) deleteLocked(ik, key []byte, cur *current) error {
 	batch := b.db.pdb.NewBatch()
 	defer batch.Close()
 	_ = batch.Delete(ik, nil)
 	b.indexDelete(batch, cur.h.expiry, key)
-	if err := batch.Commit(b.db.writeO); err != nil {
+	err := batch.Commit(b.db.writeO)
+	b.uncache(key) // also on error: Pebble's state is unknown
+	if err != nil {
 		return fmt.Errorf("engine: delete in %q: %w", b.name, err)
 	}
 	b.count.Add(-1)
 	return nil
+}
+
+// uncache drops key's resident item, if any. Mutations call it (or
+// cache.set) under the key's stripe lock after their commit.
+func (b *Bucket) uncache(key []byte) {
+	if b.db.cache != nil {
+		b.db.cache.remove(b.id, key)
+	}
 }
 
 // indexSet adds key's expiry index entry to batch (nothing for expiry 0).

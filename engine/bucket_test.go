@@ -3,8 +3,11 @@ package engine
 import (
 	"bytes"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"testing"
@@ -14,12 +17,36 @@ import (
 // t0 is the "now" most tests run at; items expiring after it are live.
 const t0 = 1_700_000_000
 
-// openTest opens a DB in a fresh temp dir with a quiet logger and the
-// sweeper's clock stopped at t0 (so it never expires what tests store),
-// then applies mod.
+// testItemCacheSize is the Options.ItemCacheSize openTest starts from: 0
+// (the default cache) in TestMain's first pass, -1 (disabled) in its second.
+var testItemCacheSize int64
+
+// TestMain runs every test twice: with the resident item cache at its
+// default size, then with it disabled, so both paths keep memcached
+// semantics. Tests that need a given cache set Options.ItemCacheSize
+// themselves. Benchmarks run in the first pass only.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if os.Getenv(childDirEnv) != "" {
+		os.Exit(code)
+	}
+	_ = flag.Set("test.bench", "")
+	fmt.Println("engine: second pass, item cache disabled")
+	testItemCacheSize = -1
+	if code2 := m.Run(); code == 0 {
+		code = code2
+	}
+	os.Exit(code)
+}
+
+// openTest opens a DB in a fresh temp dir with a quiet logger, the
+// sweeper's clock stopped at t0 (so it never expires what tests store) and
+// the item cache of the current TestMain pass, then applies mod.
 func openTest(t testing.TB, mod func(*Options)) *DB {
 	t.Helper()
-	opts := Options{Dir: t.TempDir(), WALSync: true, Logger: quietLogger(), Now: clockAt(t0)}
+	opts := Options{Dir: t.TempDir(), WALSync: true, Logger: quietLogger(), Now: clockAt(t0),
+		ItemCacheSize: testItemCacheSize}
 	if mod != nil {
 		mod(&opts)
 	}
@@ -351,7 +378,8 @@ func TestGetAllocs(t *testing.T) {
 	if raceEnabled() {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
-	b := newBucketT(t, openTest(t, nil), "b")
+	// The Pebble path; TestCacheAllocs covers the item cache.
+	b := newBucketT(t, openTest(t, func(o *Options) { o.ItemCacheSize = -1 }), "b")
 	mustStore(t, b, ModeSet, "key", string(make([]byte, 100)), 0, 0)
 	key, dst := []byte("key"), make([]byte, 0, 256)
 	get := func() {

@@ -27,6 +27,12 @@ type DB struct {
 	cas atomic.Uint64
 
 	locks *stripes
+	// cache is the resident item cache; nil when Options.ItemCacheSize < 0.
+	cache *itemCache
+
+	// testHookBeforeFill, if set (by tests only), runs in Get between its
+	// Pebble read and its cache fill.
+	testHookBeforeFill func()
 
 	// adminMu serialises registry changes, PutMeta and Close. It is held
 	// across their fsyncs, so nothing on a hot path may take it.
@@ -71,6 +77,7 @@ func Open(opts Options) (*DB, error) {
 		log:       opts.Logger,
 		writeO:    pebble.NoSync,
 		locks:     &stripes{seed: maphash.MakeSeed()},
+		cache:     newItemCache(opts.ItemCacheSize),
 		buckets:   make(map[string]*bucketEntry),
 		pebbleOK:  true,
 		sweepStop: make(chan struct{}),
@@ -190,6 +197,9 @@ func (db *DB) Close() error {
 	for _, e := range entries {
 		e.b.setState(stateClosed)
 	}
+	if db.cache != nil {
+		db.cache.reset() // after setState: nothing can fill it any more
+	}
 	db.openMu.Lock()
 	defer db.openMu.Unlock()
 	db.pebbleOK = false
@@ -222,6 +232,15 @@ func (db *DB) SyncWAL() error {
 		return fmt.Errorf("engine: sync wal: %w", err)
 	}
 	return nil
+}
+
+// CacheStats returns the resident item cache's figures (zero when the cache
+// is disabled).
+func (db *DB) CacheStats() CacheStats {
+	if db.cache == nil {
+		return CacheStats{}
+	}
+	return db.cache.stats()
 }
 
 // Pebble returns the underlying Pebble database, for metrics only. It must

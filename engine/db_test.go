@@ -35,8 +35,8 @@ func countKeys(t testing.TB, db *DB, kind byte) int {
 func TestOptions(t *testing.T) {
 	var o Options
 	o.EnsureDefaults()
-	if o.CacheSize != 64<<20 || o.MaxValueSize != 1<<20 || o.SweepInterval != 5*time.Second ||
-		o.MemTableSize != 32<<20 || o.Logger == nil || o.Now == nil {
+	if o.CacheSize != 64<<20 || o.ItemCacheSize != 64<<20 || o.MaxValueSize != 1<<20 ||
+		o.SweepInterval != 5*time.Second || o.MemTableSize != 32<<20 || o.Logger == nil || o.Now == nil {
 		t.Fatalf("defaults: %+v", o)
 	}
 	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "Dir") {
@@ -354,13 +354,13 @@ func TestSyncWALFsyncs(t *testing.T) {
 // must be there when the parent reopens the directory. (Without SyncWAL the
 // tail of the WAL can still sit in Pebble's user-space buffer at exit.)
 func TestSyncWALSurvivesExit(t *testing.T) {
-	if dir := os.Getenv("KVD_ENGINE_CHILD_DIR"); dir != "" {
+	if dir := os.Getenv(childDirEnv); dir != "" {
 		childWriteAndExit(dir)
 		return
 	}
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSyncWALSurvivesExit$")
-	cmd.Env = append(os.Environ(), "KVD_ENGINE_CHILD_DIR="+dir)
+	cmd.Env = append(os.Environ(), childDirEnv+"="+dir)
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "synced") {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
@@ -376,6 +376,9 @@ func TestSyncWALSurvivesExit(t *testing.T) {
 		t.Fatalf("ItemCount = %d, want 100", n)
 	}
 }
+
+// childDirEnv names the child's data directory in TestSyncWALSurvivesExit.
+const childDirEnv = "KVD_ENGINE_CHILD_DIR"
 
 func childWriteAndExit(dir string) {
 	db, err := Open(Options{Dir: dir, WALSync: true, Logger: quietLogger()})

@@ -11,6 +11,8 @@
 //     rules for SET/ADD/REPLACE/APPEND/PREPEND, CAS checks, INCR/DECR, TOUCH,
 //     DELETE and FLUSH; the per-bucket item count; one background sweeper
 //     goroutine that deletes expired items from disk.
+//   - The resident item cache: recently used live items kept in memory in
+//     front of Pebble (see below).
 //
 // It knows nothing about the wire protocol: it returns the sentinel errors
 // below (compare with errors.Is) and the server maps them to statuses.
@@ -44,6 +46,51 @@
 // Registry changes (CreateBucket, DeleteBucket, SetBucketSettings) and PutMeta
 // are synced before they return, whatever WALSync says.
 //
+// # Resident item cache
+//
+// A bounded in-memory copy of recently used live items (the resident set):
+// flags, expiry, CAS, key and value, keyed by bucket ID and key, in 64
+// shards chosen by hash, each with 1/64 of Options.ItemCacheSize (default
+// 64 MiB; negative disables the cache) and its own mutex. An item costs
+// its buffer (key + value, rounded up to the allocator's size class) plus
+// a fixed 96 bytes; items over 1/8 of a shard are never resident. Each
+// shard evicts by CLOCK: a hit sets an item's reference bit, the hand
+// clears it or evicts. Mutations write through (insert or update the entry,
+// reusing its buffer when the value fits); Get answers from the cache when
+// it can and otherwise makes what it read from Pebble resident. There are
+// no negative entries: a missing key is never resident.
+//
+// Coherence. A resident item is always what Pebble holds for the key, except
+// while a mutation is between its commit and its return:
+//
+//   - Every item mutation (Store in every mode, Arith, Touch, Delete, and the
+//     sweeper's deletes) updates or drops the key's entry under the key's
+//     stripe lock after its Pebble commit (drops it if the commit failed), so
+//     no mutation returns before the cache shows it, and nothing uncommitted
+//     is ever resident.
+//   - A Get that misses reads Pebble without a stripe lock, so a mutation may
+//     commit and update the cache between its read and its fill. Each shard
+//     counts mutations (seq, bumped under the shard lock with the update);
+//     the miss records seq and the fill installs only if seq is unchanged
+//     and the key is not resident. If a mutation committed before the read,
+//     the read saw it; if after, it bumped seq before the fill (fill
+//     skipped) or updates the entry after it (fill overwritten).
+//   - Flush drops the bucket's entries while it holds the bucket exclusively,
+//     after its commit; DeleteBucket drops them once the bucket is marked
+//     deleted, before its commit; Close drops everything after closing the
+//     buckets. In each case no operation that could fill the cache for that
+//     bucket can run any more, so memory is reclaimed at once.
+//   - A resident item expired at the caller's now is a miss (and is dropped).
+//
+// What the event loop may call: Bucket.Peek, which looks in the cache only,
+// never touches Pebble, and takes one shard mutex that nobody holds across
+// I/O or a blocking call (mutations take it after their commit, for a copy;
+// the stripe and bucket locks, which are held across Pebble calls, are never
+// taken by Peek). A Peek hit copies the value into the caller's buffer and
+// allocates nothing. A miss means only "not resident": the loop then hands
+// the command to a worker for Get. DB.CacheStats reports hits and misses
+// (of Peek and Get look-ups), evictions, bytes and items.
+//
 // # Concurrency
 //
 // DB and Bucket are safe for concurrent use. Read-modify-write operations on a
@@ -51,7 +98,9 @@
 // striped mutexes, chosen by hashing bucket ID and key, across the read and the
 // NoSync commit, never across an fsync. A Bucket's RWMutex is held shared by
 // every data operation and exclusively by Flush, DeleteBucket and Close, so no
-// write lands in a keyspace after it was cleared. Get takes no stripe lock.
+// write lands in a keyspace after it was cleared. Get takes no stripe lock;
+// Peek takes neither the bucket's lock nor a stripe lock. Lock order: bucket
+// mu, then a stripe, then an item cache shard.
 //
 // Times are arguments: every data operation takes now (Unix seconds) and treats
 // an item whose expiry is ≤ now as missing. Only the sweeper reads a clock

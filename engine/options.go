@@ -15,6 +15,7 @@ import (
 // Defaults applied by Options.EnsureDefaults to zero-valued fields.
 const (
 	DefaultCacheSize     = 64 << 20
+	DefaultItemCacheSize = 64 << 20
 	DefaultMemTableSize  = 32 << 20
 	DefaultMaxValueSize  = 1 << 20
 	DefaultSweepInterval = 5 * time.Second
@@ -34,6 +35,11 @@ type Options struct {
 	WALSync bool
 	// CacheSize is the block cache size in bytes. Default 64 MiB.
 	CacheSize int64
+	// ItemCacheSize is the byte budget of the resident item cache (see the
+	// package doc): key + value + a fixed per-item overhead of the items
+	// kept in memory in front of Pebble. Default 64 MiB; negative disables
+	// the cache (Peek always misses, Get always reads Pebble).
+	ItemCacheSize int64
 	// MemTableSize is Pebble's memtable size in bytes. Default the larger of
 	// 32 MiB and 4×MaxValueSize: Pebble handles a batch over half a memtable
 	// as a "large batch" (correct, but it forces a memtable flush).
@@ -57,6 +63,9 @@ type Options struct {
 func (o *Options) EnsureDefaults() {
 	if o.CacheSize == 0 {
 		o.CacheSize = DefaultCacheSize
+	}
+	if o.ItemCacheSize == 0 {
+		o.ItemCacheSize = DefaultItemCacheSize
 	}
 	if o.MaxValueSize == 0 {
 		o.MaxValueSize = DefaultMaxValueSize

@@ -64,6 +64,11 @@ func (db *DB) DeleteBucket(name string) error {
 		return err
 	}
 	e.b.setState(stateDeleted) // waits for operations in flight
+	if db.cache != nil {
+		// Nothing can fill the cache for a deleted bucket, so from here on
+		// Peek misses and Get fails with ErrBucketDeleted, consistently.
+		db.cache.dropBucket(e.b.id)
+	}
 	batch := db.pdb.NewBatch()
 	defer batch.Close()
 	_ = batch.Delete(bucketKey(name), nil)

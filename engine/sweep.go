@@ -120,8 +120,8 @@ func (b *Bucket) expiredEntries(now uint32) ([][]byte, error) {
 
 // expire handles one expired index entry ek under its key's stripe lock: it
 // deletes the entry, and the item too if the item still carries that expiry
-// (a Store or Touch since would have moved the entry). It reports whether
-// an item was deleted.
+// (a Store or Touch since would have moved the entry), and drops the item
+// from the resident cache. It reports whether an item was deleted.
 func (b *Bucket) expire(ek []byte, now uint32) (bool, error) {
 	expiry, key, ok := decodeExpiryKey(ek)
 	if !ok {
@@ -144,7 +144,11 @@ func (b *Bucket) expire(ek []byte, now uint32) (bool, error) {
 	if remove {
 		_ = batch.Delete(kb.b, nil)
 	}
-	if err := batch.Commit(b.db.writeO); err != nil {
+	err = batch.Commit(b.db.writeO)
+	if remove {
+		b.uncache(key) // also on error: Pebble's state is unknown
+	}
+	if err != nil {
 		return false, fmt.Errorf("engine: sweep %q: %w", b.name, err)
 	}
 	if remove {

@@ -1,0 +1,350 @@
+package engine
+
+import (
+	"bytes"
+	"hash/maphash"
+	"slices"
+	"sync"
+)
+
+const (
+	// cacheShards is the number of item cache shards; a power of two.
+	cacheShards = 64
+	// cacheShardBits is log2(cacheShards): a shard is chosen by the top
+	// bits of the entry hash.
+	cacheShardBits = 6
+	// entryOverhead is charged per resident item on top of its buffer: the
+	// slot (cacheEntry, 64 bytes), its index map entry and the map's slack.
+	entryOverhead = 96
+	// purgeChunk is how many slots dropBucket scans per shard lock hold.
+	purgeChunk = 1024
+)
+
+// CacheStats describes the resident item cache (all zero when disabled).
+// Hits and Misses count lookups by Peek and by Get; Evictions counts items
+// dropped to make room (not invalidations by mutations, Flush or
+// DeleteBucket).
+type CacheStats struct {
+	Hits      uint64
+	Misses    uint64
+	Evictions uint64
+	Bytes     int64 // charged bytes resident: buffers (key+value) + per-item overhead
+	Items     int64 // resident items
+	Capacity  int64 // Options.ItemCacheSize
+}
+
+// itemCache is the resident set: recently used live items, keyed by bucket
+// ID and key, in cacheShards shards that each hold 1/cacheShards of the byte
+// budget and evict by CLOCK. Safe for concurrent use; every method takes one
+// shard lock at a time and never holds it across I/O or a blocking call.
+//
+// Coherence is the callers' business (see the package doc): mutations call
+// set or remove under the key's stripe lock after their Pebble commit, and
+// Get fills the cache only through fill with the token of its miss, which
+// drops the fill if a mutation touched the shard since then.
+type itemCache struct {
+	seed     maphash.Seed
+	capacity int64
+	shards   [cacheShards]cacheShard
+}
+
+// cacheShard is one shard of itemCache.
+type cacheShard struct {
+	mu sync.Mutex
+	// index maps an entry hash (bucket ID and key) to its slot. Two items
+	// with the same 64-bit hash cannot both be resident: the later one
+	// replaces the earlier, and lookups compare the key.
+	index map[uint64]int32 // guarded by mu
+	slots []cacheEntry     // guarded by mu; the CLOCK ring
+	free  []int32          // guarded by mu; unused slots
+	hand  int              // guarded by mu; CLOCK hand
+	bytes int64            // guarded by mu; charged bytes resident
+	// seq counts mutations (set, remove) in this shard. A Get that missed
+	// fills in what it read from Pebble only if seq has not moved since the
+	// miss, so it never installs a value older than a mutation's.
+	seq                     uint64 // guarded by mu
+	hits, misses, evictions uint64 // guarded by mu
+
+	budget   int64 // immutable: bytes this shard may hold
+	maxEntry int64 // immutable: largest charge worth caching (budget/8)
+	_        [64]byte
+}
+
+// cacheEntry is one resident item; buf == nil marks a free slot.
+type cacheEntry struct {
+	hash   uint64
+	buf    []byte // key ‖ value; cap(buf) is charged
+	klen   uint32
+	id     uint32 // bucket ID
+	flags  uint32
+	expiry uint32
+	cas    uint64
+	ref    bool // CLOCK reference bit: set by a hit, cleared by the hand
+}
+
+func (e *cacheEntry) key() []byte   { return e.buf[:e.klen] }
+func (e *cacheEntry) value() []byte { return e.buf[e.klen:] }
+func (e *cacheEntry) charge() int64 { return int64(cap(e.buf)) + entryOverhead }
+
+// fillToken is what a Get that missed needs to fill the cache later.
+type fillToken struct {
+	hash uint64
+	seq  uint64
+}
+
+// newItemCache returns a cache of capacity bytes, or nil if capacity < 0.
+func newItemCache(capacity int64) *itemCache {
+	if capacity < 0 {
+		return nil
+	}
+	c := &itemCache{seed: maphash.MakeSeed(), capacity: capacity}
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.index = make(map[uint64]int32)
+		s.budget = capacity / cacheShards
+		s.maxEntry = s.budget / 8
+	}
+	return c
+}
+
+// hash mixes the bucket ID into the key's hash (splitmix64 finaliser).
+func (c *itemCache) hash(id uint32, key []byte) uint64 {
+	z := uint64(id) + 0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return maphash.Bytes(c.seed, key) ^ z ^ z>>31
+}
+
+func (c *itemCache) shard(h uint64) *cacheShard {
+	return &c.shards[h>>(64-cacheShardBits)]
+}
+
+// get looks the item up. A hit (a resident item live at now) appends its
+// value to dst[:0]; a resident item expired at now is dropped and is a miss.
+// On a miss the token lets the caller fill the entry after a Pebble read.
+func (c *itemCache) get(id uint32, key []byte, now uint32, dst []byte) (Item, bool, fillToken) {
+	h := c.hash(id, key)
+	s := c.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, ok := s.findLocked(h, id, key)
+	if ok {
+		e := &s.slots[i]
+		if e.expiry == 0 || e.expiry > now {
+			e.ref = true
+			s.hits++
+			return Item{Flags: e.flags, Expiry: e.expiry, CAS: e.cas, Value: append(dst[:0], e.value()...)}, true, fillToken{}
+		}
+		s.removeLocked(i)
+	}
+	s.misses++
+	return Item{}, false, fillToken{hash: h, seq: s.seq}
+}
+
+// fill installs an item a Get read from Pebble after the miss that returned
+// tok, unless a mutation changed the shard since (the read may predate it)
+// or the item is resident again (a fill or mutation since put the current
+// version there).
+func (c *itemCache) fill(tok fillToken, id uint32, key []byte, hd header, value []byte) {
+	s := c.shard(tok.hash)
+	if !s.fits(len(key) + len(value)) {
+		return
+	}
+	s.mu.Lock()
+	_, resident := s.index[tok.hash]
+	stale := s.seq != tok.seq
+	s.mu.Unlock()
+	if stale || resident {
+		return // skip the allocation
+	}
+	buf := newEntryBuf(key, value, nil)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, resident := s.index[tok.hash]; s.seq == tok.seq && !resident {
+		s.installLocked(tok.hash, id, len(key), hd, buf)
+	}
+}
+
+// set makes key's entry hold the item a mutation just committed: value
+// v1 ‖ v2 with header hd. The caller holds the key's stripe lock. An entry
+// whose buffer fits is updated in place without allocating; otherwise the
+// old entry is dropped, and a new one is allocated outside the shard lock
+// and installed.
+func (c *itemCache) set(id uint32, key []byte, hd header, v1, v2 []byte) {
+	h := c.hash(id, key)
+	s := c.shard(h)
+	n := len(key) + len(v1) + len(v2)
+	s.mu.Lock()
+	s.seq++
+	if i, ok := s.index[h]; ok {
+		e := &s.slots[i]
+		if e.id == id && bytes.Equal(e.key(), key) && reusable(cap(e.buf), n) {
+			e.buf = e.buf[:n]
+			copy(e.buf[len(key)+copy(e.buf[len(key):], v1):], v2)
+			e.flags, e.expiry, e.cas = hd.flags, hd.expiry, hd.cas
+			s.mu.Unlock()
+			return
+		}
+		s.removeLocked(i)
+	}
+	s.mu.Unlock()
+	if !s.fits(n) {
+		return
+	}
+	buf := newEntryBuf(key, v1, v2)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Between the two lock holds a Get may have filled in this very
+	// version (never an older one: seq moved above); replace it anyway.
+	if i, ok := s.index[h]; ok {
+		s.removeLocked(i)
+	}
+	s.installLocked(h, id, len(key), hd, buf)
+}
+
+// remove drops key's entry, if resident, for a mutation that deleted the
+// item. The caller holds the key's stripe lock.
+func (c *itemCache) remove(id uint32, key []byte) {
+	h := c.hash(id, key)
+	s := c.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	if i, ok := s.index[h]; ok {
+		s.removeLocked(i)
+	}
+}
+
+// dropBucket drops every entry of bucket id, a chunk of slots per lock hold.
+// The caller keeps every writer of the bucket out (it holds the bucket's
+// mu exclusively or has marked it deleted or closed).
+func (c *itemCache) dropBucket(id uint32) {
+	for i := range c.shards {
+		s := &c.shards[i]
+		for start := 0; s.dropChunk(id, start); start += purgeChunk {
+		}
+	}
+}
+
+// dropChunk drops the entries of bucket id in slots [start, start+purgeChunk)
+// and reports whether slots remain after them.
+func (s *cacheShard) dropChunk(id uint32, start int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	end := min(start+purgeChunk, len(s.slots))
+	for i := start; i < end; i++ {
+		if e := &s.slots[i]; e.buf != nil && e.id == id {
+			s.removeLocked(int32(i))
+		}
+	}
+	return end < len(s.slots)
+}
+
+// reset drops everything (DB.Close).
+func (c *itemCache) reset() {
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		s.index = make(map[uint64]int32) // release the old map's memory too
+		s.slots, s.free, s.hand, s.bytes = nil, nil, 0, 0
+		s.mu.Unlock()
+	}
+}
+
+// stats sums the shards' figures.
+func (c *itemCache) stats() CacheStats {
+	st := CacheStats{Capacity: c.capacity}
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		st.Hits += s.hits
+		st.Misses += s.misses
+		st.Evictions += s.evictions
+		st.Bytes += s.bytes
+		st.Items += int64(len(s.index))
+		s.mu.Unlock()
+	}
+	return st
+}
+
+// fits reports whether an item of n key+value bytes is small enough to cache.
+func (s *cacheShard) fits(n int) bool {
+	return int64(n)+entryOverhead <= s.maxEntry
+}
+
+// reusable reports whether a buffer of capacity c may hold n bytes in place:
+// it must fit, and not waste more than half of itself.
+func reusable(c, n int) bool {
+	return c >= n && c <= 2*n+64
+}
+
+// newEntryBuf returns key ‖ v1 ‖ v2 in a new buffer whose capacity is the
+// allocator's size class (so the charge is what the heap really holds).
+func newEntryBuf(key, v1, v2 []byte) []byte {
+	buf := slices.Grow([]byte(nil), len(key)+len(v1)+len(v2))
+	return append(append(append(buf, key...), v1...), v2...)
+}
+
+// findLocked returns the slot of (id, key).
+func (s *cacheShard) findLocked(h uint64, id uint32, key []byte) (int32, bool) {
+	i, ok := s.index[h]
+	if !ok {
+		return 0, false
+	}
+	e := &s.slots[i]
+	if e.id != id || !bytes.Equal(e.key(), key) {
+		return 0, false // another item with the same hash
+	}
+	return i, true
+}
+
+// installLocked makes room and adds a new entry; the hash must not be
+// resident. If room cannot be made the item is not cached.
+func (s *cacheShard) installLocked(h uint64, id uint32, klen int, hd header, buf []byte) {
+	need := int64(cap(buf)) + entryOverhead
+	s.evictLocked(need)
+	if s.bytes+need > s.budget {
+		return
+	}
+	var i int32
+	if n := len(s.free); n > 0 {
+		i, s.free = s.free[n-1], s.free[:n-1]
+	} else {
+		s.slots = append(s.slots, cacheEntry{})
+		i = int32(len(s.slots) - 1)
+	}
+	s.slots[i] = cacheEntry{hash: h, buf: buf, klen: uint32(klen), id: id,
+		flags: hd.flags, expiry: hd.expiry, cas: hd.cas}
+	s.index[h] = i
+	s.bytes += need
+}
+
+// evictLocked runs the CLOCK hand until need more bytes fit in the budget
+// or the shard is empty: an entry with its reference bit set gets a second
+// chance (the bit is cleared), one without is evicted. Two passes over the
+// ring at most.
+func (s *cacheShard) evictLocked(need int64) {
+	for s.bytes+need > s.budget && len(s.index) > 0 {
+		if s.hand >= len(s.slots) {
+			s.hand = 0
+		}
+		switch e := &s.slots[s.hand]; {
+		case e.buf == nil:
+		case e.ref:
+			e.ref = false
+		default:
+			s.removeLocked(int32(s.hand))
+			s.evictions++
+		}
+		s.hand++
+	}
+}
+
+// removeLocked frees slot i, which must be in use.
+func (s *cacheShard) removeLocked(i int32) {
+	e := &s.slots[i]
+	delete(s.index, e.hash)
+	s.bytes -= e.charge()
+	*e = cacheEntry{}
+	s.free = append(s.free, i)
+}
