@@ -21,7 +21,7 @@ import (
 func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	pool, now := poolOf(req.Opcode), s.opts.Now()
 	if c.unthrottled {
-		c.collectReq(req, s.ingress.StartExempt(pool, now))
+		c.runOrCollect(req, s.ingress.StartExempt(pool, now), now)
 		return admitRun
 	}
 	if v := s.checkThrottle(c, req); v != admitRun {
@@ -34,6 +34,10 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 			return admitWait
 		}
 		c.collectReq(req, t)
+		return admitRun
+	}
+	if t, d, _ := s.ingress.Acquire(pool, nil, now); d == ingress.Admitted {
+		c.runOrCollect(req, t, now)
 		return admitRun
 	}
 	b := newBatch(c, c.bucket)
@@ -52,6 +56,15 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	c.bucket.thr.CountRejected()
 	c.replyError(req, mc.StatusBusy, reason)
 	return admitAnswered
+}
+
+// runOrCollect answers a first-in-line GET of a resident item on the loop,
+// and otherwise adds the command to the batch being collected.
+func (c *conn) runOrCollect(req *mc.Request, t ingress.Ticket, now time.Time) {
+	if c.collect == nil && poolOf(req.Opcode) == ingress.Read && c.serveResident(req, t, now) {
+		return
+	}
+	c.collectReq(req, t)
 }
 
 // collectReq adds an admitted command, with its ticket, to the batch being

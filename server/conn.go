@@ -46,6 +46,7 @@ type conn struct {
 	throttledFor time.Duration // how long the next batched command was held
 
 	out      []byte // replies of this pass, written once at the end
+	peek     []byte // value buffer of GETs answered on the loop
 	inflight *batch // batch executing off the loop, nil when none
 	collect  *batch // batch being assembled in this pass
 	quitting bool   // QUIT seen: close after flushing
