@@ -162,7 +162,7 @@ func (c *conn) handle(req *binary.Request) bool {
 // runs: bucket selection, access, sizes.
 func (c *conn) precheck(req *binary.Request) (binary.Status, string) {
 	if c.bucket == nil {
-		if c.user == nil && c.srv.opts.AnonymousBucket == "" {
+		if c.user == nil && c.srv.limits().AnonymousBucket == "" {
 			return binary.StatusAccessDenied, "authenticate first: no anonymous access"
 		}
 		return binary.StatusNoBucket, "no bucket selected"

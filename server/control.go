@@ -125,7 +125,7 @@ func (c *conn) login(user *tenant.User) {
 // canSelect reports whether the connection may select the bucket name.
 func (c *conn) canSelect(name string) bool {
 	if c.user == nil {
-		return name == c.srv.opts.AnonymousBucket
+		return name == c.srv.limits().AnonymousBucket
 	}
 	return c.user.CanSelect(name)
 }
@@ -151,7 +151,7 @@ func (c *conn) selectByName(req *mc.Request) {
 		return
 	}
 	exempt := c.privileged(tenant.PrivUnthrottled) || c.privileged(tenant.PrivBucketThrottleManagement)
-	if limit := int64(c.srv.opts.MaxConnectionsPerBucket); !exempt && c.bucket != b && b.thr.Clients() >= limit {
+	if limit := int64(c.srv.limits().MaxConnectionsPerBucket); !exempt && c.bucket != b && b.thr.Clients() >= limit {
 		c.replyError(req, mc.StatusBusy, "too many connections to bucket "+name)
 		return
 	}

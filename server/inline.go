@@ -26,7 +26,7 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 	c.peek = it.Value
 	r := request{hdr: headerOf(req), throttled: c.throttledFor}
 	c.throttledFor = 0
-	r.ru = unitsOf(len(req.Key)+len(it.Value), s.opts.ReadUnitSize)
+	r.ru = unitsOf(len(req.Key)+len(it.Value), s.limits().ReadUnitSize)
 	b.thr.CountCommand()
 	b.cmdGet.Add(1)
 	b.getHits.Add(1)

@@ -28,6 +28,8 @@ type Server struct {
 	users    *tenant.Users
 	buckets  registry
 	throttle *tenant.Throttle
+	lim      atomic.Pointer[Limits] // reloadable limits
+	reloadMu sync.Mutex             // serializes Reconfigure
 	ingress  *ingress.Controller
 	defaults atomic.Pointer[tenant.Settings] // settings of buckets created without any
 	started  time.Time
@@ -86,6 +88,7 @@ func New(opts Options) (*Server, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	s.lim.Store(limitsOf(&opts))
 	s.metrics = newMetrics(s)
 	s.defaults.Store(&opts.DefaultSettings)
 	if err := s.loadNodeSettings(); err != nil {
@@ -96,11 +99,23 @@ func New(opts Options) (*Server, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	if err := s.followFile(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
 // newUsers builds the user set, warning about plain-text passwords.
 func newUsers(specs []UserSpec, log *slog.Logger) (*tenant.Users, error) {
+	list, err := buildUsers(specs, log)
+	if err != nil {
+		return nil, err
+	}
+	return tenant.NewUsers(list)
+}
+
+func buildUsers(specs []UserSpec, log *slog.Logger) ([]*tenant.User, error) {
 	list := make([]*tenant.User, 0, len(specs))
 	for _, u := range specs {
 		user, err := tenant.NewUser(u.Name, u.Password, u.PasswordHash, u.Buckets, u.Privileges)
@@ -112,7 +127,7 @@ func newUsers(specs []UserSpec, log *slog.Logger) (*tenant.Users, error) {
 		}
 		list = append(list, user)
 	}
-	return tenant.NewUsers(list)
+	return list, nil
 }
 
 // Start begins serving and returns once the listener is bound.
@@ -179,17 +194,17 @@ func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
 // OnOpen admits a connection within max_connections and selects the
 // anonymous bucket for it.
 func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
-	if s.currConns.Add(1) > int64(s.opts.MaxConnections) || s.stopping.Load() {
+	if s.currConns.Add(1) > int64(s.limits().MaxConnections) || s.stopping.Load() {
 		s.currConns.Add(-1)
 		s.log.Warn("connection refused", "remote", gc.RemoteAddr().String(),
-			"reason", "max_connections", "limit", s.opts.MaxConnections)
+			"reason", "max_connections", "limit", s.limits().MaxConnections)
 		return nil, gnet.Close
 	}
 	s.totalConns.Add(1)
 	c := newConn(s, gc)
 	gc.SetContext(c)
 	s.conns.add(c)
-	if name := s.opts.AnonymousBucket; name != "" {
+	if name := s.limits().AnonymousBucket; name != "" {
 		if b, ok := s.buckets.get(name); ok {
 			c.selectBucket(b)
 		}
@@ -233,7 +248,7 @@ func (s *Server) housekeeping() {
 	t := time.NewTicker(housekeepingPeriod)
 	defer t.Stop()
 	lastSweep, lastProbe := s.opts.Now(), s.opts.Now()
-	sweepEvery := min(s.opts.IdleTimeout/4, time.Second)
+	sweepEvery := min(s.limits().IdleTimeout/4, time.Second)
 	probeEvery := s.opts.Ingress.Probe.Interval
 	for {
 		select {
@@ -249,7 +264,7 @@ func (s *Server) housekeeping() {
 		}
 		if now.Sub(lastSweep) >= sweepEvery {
 			lastSweep = now
-			s.conns.closeIdle(now.Add(-s.opts.IdleTimeout).UnixNano(), s.log)
+			s.conns.closeIdle(now.Add(-s.limits().IdleTimeout).UnixNano(), s.log)
 		}
 	}
 }

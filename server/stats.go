@@ -66,7 +66,7 @@ func (c *conn) generalStats(req *mc.Request) {
 	c.statInt(req, "threads", int64(s.opts.Loops))
 	c.statInt(req, "curr_connections", s.currConns.Load())
 	c.statInt(req, "total_connections", s.totalConns.Load())
-	c.statInt(req, "max_connections", int64(s.opts.MaxConnections))
+	c.statInt(req, "max_connections", int64(s.limits().MaxConnections))
 	b := c.bucket
 	if b == nil || b.deleted.Load() {
 		return

@@ -22,7 +22,7 @@ const (
 // checkThrottle asks the bucket's throttle whether a throttled connection's
 // command may run now.
 func (s *Server) checkThrottle(c *conn, req *mc.Request) verdict {
-	b, pending := c.bucket, pendingUnits(req, s.opts.WriteUnitSize)
+	b, pending := c.bucket, pendingUnits(req, s.limits().WriteUnitSize)
 	// A refusal right after a second boundary that housekeeping has not
 	// ticked yet would be wrong: end the second here and ask again.
 	if s.throttle.Check(b.thr, pending) || (s.tick(s.opts.Now()) && s.throttle.Check(b.thr, pending)) {
@@ -52,13 +52,13 @@ func (s *Server) throttled(c *conn, req *mc.Request) verdict {
 			return admitAnswered
 		}
 		c.parkedSince = now
-	} else if waited := now.Sub(c.parkedSince); waited > s.opts.MaxThrottleWait {
+	} else if waited := now.Sub(c.parkedSince); waited > s.limits().MaxThrottleWait {
 		b.thr.AddWait(waited)
 		b.thr.CountRejected()
 		c.parkedSince = time.Time{}
 		c.replyError(req, mc.StatusTemporaryFailure, "throttled for "+strconv.FormatInt(waited.Milliseconds(), 10)+
 			" ms in bucket "+b.name+", longer than max_throttle_wait_ms="+
-			strconv.FormatInt(s.opts.MaxThrottleWait.Milliseconds(), 10))
+			strconv.FormatInt(s.limits().MaxThrottleWait.Milliseconds(), 10))
 		return admitAnswered
 	}
 	b.park(c)
@@ -87,7 +87,7 @@ func (s *Server) meter(bk *bucket, r *request) {
 	if r.status != mc.StatusOK {
 		return
 	}
-	rus, wus := s.opts.ReadUnitSize, s.opts.WriteUnitSize
+	rus, wus := s.limits().ReadUnitSize, s.limits().WriteUnitSize
 	k := len(r.key)
 	switch r.hdr.op.NonQuiet() {
 	case mc.OpGet, mc.OpGetK:

@@ -67,6 +67,10 @@ func run() error {
 		defer stop()
 	}
 
+	if source != "embedded default" {
+		defer startWatcher(source, *listen, *dataDir, srv, log).Stop()
+	}
+
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	got := <-sig
