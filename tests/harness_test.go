@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -76,7 +77,7 @@ type kvd struct {
 	DataDir string
 	Config  string
 	cmd     *exec.Cmd
-	log     *bytes.Buffer
+	log     *lockedBuffer
 	done    chan error
 }
 
@@ -113,7 +114,7 @@ func (k *kvd) start(args ...string) {
 	all := append([]string{"--listen", k.Addr, "--data-dir", k.DataDir, "--config", k.Config,
 		"--metrics-listen", ""}, args...)
 	k.cmd = exec.Command(kvdBin, all...)
-	k.log = new(bytes.Buffer)
+	k.log = new(lockedBuffer)
 	k.cmd.Stdout, k.cmd.Stderr = k.log, k.log
 	if err := k.cmd.Start(); err != nil {
 		k.t.Fatal(err)
@@ -190,6 +191,27 @@ func (k *kvd) tail() string {
 	}
 	return s
 }
+
+// lockedBuffer collects kvd's output; tests may read it while kvd runs.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Log returns what kvd has logged so far.
+func (k *kvd) Log() string { return k.log.String() }
 
 // rawConn is a raw binary-protocol connection.
 type rawConn struct {
