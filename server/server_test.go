@@ -1,0 +1,167 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"kvd/engine"
+	mc "kvd/protocol/binary"
+	"kvd/tenant"
+)
+
+func TestExpiryAt(t *testing.T) {
+	const now = 1_800_000_000
+	for _, tc := range []struct{ exp, want uint32 }{
+		{0, 0},       // never
+		{1, now + 1}, // relative
+		{relativeExpiryLimit, now + relativeExpiryLimit},   // 30 days: still relative
+		{relativeExpiryLimit + 1, relativeExpiryLimit + 1}, // absolute, long past
+		{now + 50, now + 50},                               // absolute in the future
+	} {
+		if got := expiryAt(tc.exp, now); got != tc.want {
+			t.Errorf("expiryAt(%d) = %d, want %d", tc.exp, got, tc.want)
+		}
+	}
+}
+
+func TestUnits(t *testing.T) {
+	for _, tc := range []struct {
+		size, unit int
+		want       int64
+	}{
+		{0, 1024, 1}, {1, 1024, 1}, {1024, 1024, 1}, {1025, 1024, 2}, {5000, 4096, 2}, {8192, 4096, 2},
+	} {
+		if got := unitsOf(tc.size, tc.unit); got != tc.want {
+			t.Errorf("unitsOf(%d, %d) = %d, want %d", tc.size, tc.unit, got, tc.want)
+		}
+	}
+	big := make([]byte, 3000)
+	for _, tc := range []struct {
+		op   mc.Opcode
+		want int64
+	}{{mc.OpSet, 3}, {mc.OpAppendQ, 3}, {mc.OpGet, 1}, {mc.OpDelete, 1}, {mc.OpIncrement, 1}, {mc.OpTouch, 1}} {
+		req := &mc.Request{Opcode: tc.op, Key: []byte("k"), Value: big}
+		if tc.op == mc.OpGet || tc.op == mc.OpDelete || tc.op == mc.OpIncrement || tc.op == mc.OpTouch {
+			req.Value = nil
+		}
+		if got := pendingUnits(req, 1024); got != tc.want {
+			t.Errorf("pendingUnits(%v) = %d, want %d", tc.op, got, tc.want)
+		}
+	}
+}
+
+func TestStatusOf(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		status mc.Status
+		reason string
+	}{
+		{engine.ErrNotFound, mc.StatusKeyNotFound, "Not found"},
+		{fmt.Errorf("wrapped: %w", engine.ErrExists), mc.StatusKeyExists, "Data exists for key."},
+		{engine.ErrNotStored, mc.StatusNotStored, "Not stored."},
+		{engine.ErrNonNumeric, mc.StatusNonNumeric, "Non-numeric server-side value for incr or decr"},
+		{engine.ErrTooBig, mc.StatusTooBig, "Too large."},
+		{engine.ErrBucketDeleted, mc.StatusNoBucket, "the selected bucket was deleted"},
+		{tenant.ErrAuthFailed, mc.StatusAuthError, "Auth failure"},
+		{fmt.Errorf("%w: reserved 9 exceeds hard_limit 5", tenant.ErrInvalidSettings), mc.StatusInvalidArguments,
+			"invalid settings: reserved 9 exceeds hard_limit 5"},
+		{errors.New("disk on fire"), mc.StatusInternal, "disk on fire"},
+	} {
+		st, reason := statusOf(tc.err)
+		if st != tc.status || reason != tc.reason {
+			t.Errorf("statusOf(%v) = %v %q, want %v %q", tc.err, st, reason, tc.status, tc.reason)
+		}
+	}
+}
+
+func TestParseNodeSettings(t *testing.T) {
+	cur := nodeSettings{Capacity: 25000, DefaultReserved: 1666, DefaultHardLimit: tenant.Unlimited}
+	for _, tc := range []struct {
+		in   string
+		want nodeSettings
+		err  string
+	}{
+		{`{}`, cur, ""},
+		{``, cur, ""},
+		{`{"capacity": 100}`, nodeSettings{100, 1666, -1}, ""},
+		{`{"default_throttle_reserved_units": 5, "default_throttle_hard_limit": "unlimited"}`, nodeSettings{25000, 5, -1}, ""},
+		{`{"default_throttle_reserved_units": 5}`, cur, "set together"},
+		{`{"default_throttle_reserved_units": 9, "default_throttle_hard_limit": 5}`, cur, "exceeds default_throttle_hard_limit"},
+		{`{"capacity": "unlimited"}`, cur, "non-negative integer"},
+		{`{"capacity": -1}`, cur, "non-negative integer"},
+		{`{"capacity": 1.5}`, cur, "non-negative integer"},
+		{`{"capacity": 1, "bogus": 2}`, cur, `unknown field "bogus"`},
+		{`[1]`, cur, "JSON object"},
+		{`{"capacity":`, cur, "not valid JSON"},
+		{`{"capacity": 1}` + strings.Repeat(" ", maxThrottleJSON), cur, "byte limit"},
+	} {
+		got, err := parseNodeSettings([]byte(tc.in), cur)
+		switch {
+		case tc.err == "" && (err != nil || got != tc.want):
+			t.Errorf("%q: got %+v, %v; want %+v", tc.in, got, err, tc.want)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q: error %v, want one containing %q", tc.in, err, tc.err)
+		}
+	}
+}
+
+func TestLimitField(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{`{}`, tenant.Unlimited, true}, {`{"reserved": "unlimited"}`, tenant.Unlimited, true},
+		{`{"reserved": 0}`, 0, true}, {`{"reserved": 7}`, 7, true},
+		{`{"reserved": "7"}`, 0, false}, {`{"reserved": null}`, 0, false}, {`{"reserved": true}`, 0, false},
+		{`{"reserved": 1e3}`, 0, false},
+	} {
+		doc, err := throttleDoc([]byte(tc.in), "reserved")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := limitField(doc, "reserved")
+		if (err == nil) != tc.ok || tc.ok && got != tc.want {
+			t.Errorf("%s: got %d, %v; want %d ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestErrorJSONIsValid(t *testing.T) {
+	for _, reason := range []string{"plain", `quote " and \ backslash`, "no such bucket: a\x01b", "bad \xff utf8"} {
+		var doc struct {
+			Error struct {
+				Context      string `json:"context"`
+				RetryAfterUS *int64 `json:"retry_after_us"`
+			} `json:"error"`
+		}
+		raw := appendErrorJSON(nil, reason, 42)
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			t.Errorf("%q: body %s is not JSON: %v", reason, raw, err)
+			continue
+		}
+		if doc.Error.RetryAfterUS == nil || *doc.Error.RetryAfterUS != 42 {
+			t.Errorf("%q: retry_after_us missing in %s", reason, raw)
+		}
+		if !strings.HasPrefix(reason, "bad") && doc.Error.Context != reason {
+			t.Errorf("context %q, want %q", doc.Error.Context, reason)
+		}
+	}
+}
+
+// The reply of a GET hit, the hot path's encode, allocates nothing.
+func TestAppendResultAllocs(t *testing.T) {
+	c := &conn{features: featReportUnits}
+	r := &request{hdr: header{op: mc.OpGet, opaque: 7}, res: []byte("value"), cas: 9, ru: 1}
+	dst := make([]byte, 0, 256)
+	if n := testing.AllocsPerRun(1000, func() { dst = c.appendResult(dst[:0], r) }); n != 0 {
+		t.Errorf("appendResult allocates %.1f times per GET hit, want 0", n)
+	}
+	var res mc.Response
+	if _, err := mc.DecodeResponse(dst, 1<<20, &res); err != nil || string(res.Value) != "value" || res.Magic != mc.MagicAltResponse {
+		t.Errorf("decoded %+v, %v: want the value in 0x18 framing (unit frames)", res, err)
+	}
+}
