@@ -97,7 +97,7 @@ func (c *conn) onTraffic() gnet.Action {
 func (c *conn) serve() gnet.Action {
 	defer c.dispatch()
 	for c.inflight == nil && !c.quitting {
-		buf, _ := c.gc.Peek(-1)
+		buf := c.peekFrame()
 		if len(buf) == 0 {
 			c.partialSince.Store(0)
 			return gnet.None
@@ -123,6 +123,25 @@ func (c *conn) serve() gnet.Action {
 		_, _ = c.gc.Discard(n)
 	}
 	return gnet.None
+}
+
+// peekFrame returns the next frame when it is all buffered, or its header
+// (or the bytes there are, under 24) when it is not, for DecodeRequest to
+// judge. Peeking only one frame keeps gnet from copying the whole inbound
+// buffer on every read while a large frame arrives.
+func (c *conn) peekFrame() []byte {
+	avail := c.gc.InboundBuffered()
+	if avail < binary.HeaderLen {
+		buf, _ := c.gc.Peek(avail)
+		return buf
+	}
+	hdr, _ := c.gc.Peek(binary.HeaderLen)
+	need := binary.HeaderLen + int(uint32(hdr[8])<<24|uint32(hdr[9])<<16|uint32(hdr[10])<<8|uint32(hdr[11]))
+	if need > avail || need > binary.HeaderLen+c.srv.opts.MaxFrameSize {
+		return hdr
+	}
+	buf, _ := c.gc.Peek(need)
+	return buf
 }
 
 // handle takes one decoded frame. It returns false when the frame must wait

@@ -116,6 +116,7 @@ func (k *kvd) start(args ...string) {
 	k.cmd = exec.Command(kvdBin, all...)
 	k.log = new(lockedBuffer)
 	k.cmd.Stdout, k.cmd.Stderr = k.log, k.log
+	dieWithTest(k.cmd)
 	if err := k.cmd.Start(); err != nil {
 		k.t.Fatal(err)
 	}

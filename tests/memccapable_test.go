@@ -1,0 +1,133 @@
+package tests
+
+import (
+	"context"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// memccapableBinaryTests are the 27 binary-protocol tests memccapable -b
+// runs (libmemcached-tools 1.1), in its order.
+var memccapableBinaryTests = []string{
+	"noop", "quit", "quitq", "set", "setq", "flush", "flushq", "add", "addq",
+	"replace", "replaceq", "delete", "deleteq", "get", "getq", "getk", "getkq",
+	"incr", "incrq", "decr", "decrq", "version", "append", "appendq", "prepend",
+	"prependq", "stat",
+}
+
+var memccapableLine = regexp.MustCompile(`(?m)^binary (\S+)\s+\[(\w+)\]`)
+
+// TestMemccapableBinary runs memcached's binary conformance suite against
+// kvd's anonymous bucket: every one of the 27 tests must pass.
+func TestMemccapableBinary(t *testing.T) {
+	bin := requireTool(t, "memccapable")
+	t.Parallel()
+	k := startKVD(t, testConfig)
+	host, port := hostPort(t, k.Addr)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "-b", "-h", host, "-p", port).CombinedOutput()
+	text := string(out)
+	if ctx.Err() != nil {
+		t.Fatalf("memccapable did not finish within 60s:\n%s", text)
+	}
+	if err != nil {
+		t.Errorf("memccapable: %v", err)
+	}
+
+	results := map[string]string{}
+	var order []string
+	for _, m := range memccapableLine.FindAllStringSubmatch(text, -1) {
+		results[m[1]] = m[2]
+		order = append(order, m[1])
+	}
+	if len(order) != len(memccapableBinaryTests) {
+		t.Errorf("memccapable reported %d binary tests, want %d: %v", len(order), len(memccapableBinaryTests), order)
+	}
+	for _, name := range memccapableBinaryTests {
+		switch got, ok := results[name]; {
+		case !ok:
+			t.Errorf("binary %s: no result", name)
+		case got != "pass":
+			t.Errorf("binary %s: [%s], want [pass]", name, got)
+		}
+	}
+	if !strings.Contains(text, "All tests passed") {
+		t.Errorf("memccapable did not say \"All tests passed\"")
+	}
+	if !k.Alive() {
+		t.Errorf("kvd died during memccapable")
+	}
+	if t.Failed() {
+		t.Logf("memccapable output:\n%s\nkvd log tail:\n%s", text, k.tail())
+	}
+}
+
+// memcaslapStat reads "name: N" from memcaslap's summary; ok is false when
+// the line is missing.
+func memcaslapStat(out, name string) (uint64, bool) {
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `: (\d+)\s*$`).FindStringSubmatch(out)
+	if m == nil {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(m[1], 10, 64)
+	return v, err == nil
+}
+
+// TestMemcaslapBinary drives kvd with memcaslap's binary-protocol load (90%
+// GET, 10% SET, 10% of GETs verified) for 5 s. memcaslap counts problems
+// instead of failing: a GET that answers anything but a hit is a get_miss,
+// a wrong value is verify_failed. All of them must be zero, and the run must
+// have done real work (a server answering SETs with errors makes memcaslap
+// stop issuing GETs, so cmd_get > 0 is part of the check).
+func TestMemcaslapBinary(t *testing.T) {
+	bin := requireTool(t, "memcaslap")
+	t.Parallel()
+	k := startKVD(t, testConfig)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "-s", k.Addr, "-B", "-t", "5s",
+		"-T", "2", "-c", "16", "-v", "0.1").CombinedOutput()
+	text := string(out)
+	if ctx.Err() != nil {
+		t.Fatalf("memcaslap did not finish within 40s:\n%s", text)
+	}
+	if err != nil {
+		t.Errorf("memcaslap: %v", err)
+	}
+	if !strings.Contains(text, "Run time:") {
+		t.Errorf("memcaslap printed no final summary")
+	}
+	for _, line := range strings.Split(text, "\n") {
+		l := strings.ToLower(line)
+		if strings.Contains(l, "error") || (strings.Contains(l, "fail") && !strings.HasPrefix(l, "verify_failed:")) {
+			t.Errorf("memcaslap reported a problem: %s", line)
+		}
+	}
+	for _, name := range []string{"get_misses", "verify_misses", "verify_failed"} {
+		v, ok := memcaslapStat(text, name)
+		switch {
+		case !ok:
+			t.Errorf("memcaslap summary has no %s", name)
+		case v != 0:
+			t.Errorf("memcaslap %s = %d, want 0", name, v)
+		}
+	}
+	for _, name := range []string{"cmd_get", "cmd_set"} {
+		if v, ok := memcaslapStat(text, name); !ok || v == 0 {
+			t.Errorf("memcaslap %s = %d (found %v), want > 0", name, v, ok)
+		}
+	}
+	if !k.Alive() {
+		t.Errorf("kvd died during memcaslap")
+	}
+	if t.Failed() {
+		t.Logf("memcaslap output:\n%s\nkvd log tail:\n%s", text, k.tail())
+	}
+}

@@ -1,0 +1,287 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	mc "kvd/protocol/binary"
+)
+
+// runPipeline writes reqs (whose last is a NOOP) in one write on a new
+// connection to addr, after the setup requests, and returns every reply up
+// to the NOOP's. wantMagic is the response magic every reply must carry.
+func runPipeline(t *testing.T, addr string, setup []*mc.Request, reqs []*mc.Request, wantMagic uint8) []*mc.Response {
+	t.Helper()
+	c := dialRaw(t, addr)
+	for _, r := range setup {
+		if res := c.call(r); res.Status != mc.StatusOK {
+			t.Fatalf("setup %v: status %v %q", r.Opcode, res.Status, res.Value)
+		}
+	}
+	var stream []byte
+	for _, r := range reqs {
+		stream = mc.AppendRequest(stream, r)
+	}
+	last := reqs[len(reqs)-1].Opaque
+
+	type result struct {
+		got []*mc.Response
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { // read while writing, so that neither side can block the other
+		got, err := readReplies(c.nc, bufio.NewReaderSize(c.nc, 256<<10), last, 20*time.Second)
+		done <- result{got, err}
+	}()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if n, err := c.nc.Write(stream); err != nil {
+		t.Fatalf("writing the pipeline (%d of %d bytes): %v", n, len(stream), err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("after %d replies: %v", len(r.got), r.err)
+	}
+	for i, res := range r.got {
+		if res.Magic != wantMagic {
+			t.Fatalf("reply %d (%v opaque %d) has magic 0x%02x, want 0x%02x", i, res.Opcode, res.Opaque, res.Magic, wantMagic)
+		}
+	}
+	return r.got
+}
+
+// readReplies reads responses until the one with opaque last.
+func readReplies(nc net.Conn, r *bufio.Reader, last uint32, timeout time.Duration) ([]*mc.Response, error) {
+	_ = nc.SetReadDeadline(time.Now().Add(timeout))
+	var got []*mc.Response
+	for {
+		hdr, err := r.Peek(mc.HeaderLen)
+		if err != nil {
+			return got, err
+		}
+		frame := make([]byte, mc.HeaderLen+int(binary.BigEndian.Uint32(hdr[8:12])))
+		if _, err := io.ReadFull(r, frame); err != nil {
+			return got, err
+		}
+		res := new(mc.Response)
+		if _, err := mc.DecodeResponse(frame, 1<<30, res); err != nil {
+			return got, err
+		}
+		got = append(got, res)
+		if res.Opaque == last {
+			return got, nil
+		}
+	}
+}
+
+// checkReplies compares got with want: same count, and for each reply the
+// opcode, opaque and status, the echoed key of GETK hits and the value of
+// GET hits and INCR results.
+func checkReplies(t *testing.T, who string, got []*mc.Response, want []wantReply) {
+	t.Helper()
+	checkRepliesMode(t, who, got, want, false)
+}
+
+// checkRepliesMode is checkReplies; reference forgives memcached's space
+// padding of counters (see wantReply.counter).
+func checkRepliesMode(t *testing.T, who string, got []*mc.Response, want []wantReply, reference bool) {
+	t.Helper()
+	for i := 0; i < min(len(got), len(want)); i++ {
+		g, w := got[i], want[i]
+		if g.Opcode != w.op || g.Opaque != w.opaque || g.Status != w.status {
+			t.Fatalf("%s: reply %d is %v opaque=%d status=0x%02x (%q), want %v (previous: %v)",
+				who, i, g.Opcode, g.Opaque, uint16(g.Status), g.Value, w, prevReply(want, i))
+		}
+		if w.key != "" && string(g.Key) != w.key {
+			t.Fatalf("%s: reply %d (%v): key %q, want %q", who, i, w, g.Key, w.key)
+		}
+		value := g.Value
+		if reference && w.counter {
+			value = bytes.TrimRight(value, " ")
+		}
+		if w.check && !bytes.Equal(value, w.value) {
+			t.Fatalf("%s: reply %d (%v): value %q, want %q", who, i, w, g.Value, w.value)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d replies, want %d", who, len(got), len(want))
+	}
+}
+
+func prevReply(want []wantReply, i int) string {
+	if i == 0 {
+		return "none"
+	}
+	return want[i-1].String()
+}
+
+// sameSequence fails unless a and b carry the same (opcode, opaque, status)
+// sequence.
+func sameSequence(t *testing.T, a, b []*mc.Response) {
+	t.Helper()
+	if len(a) != len(b) {
+		t.Fatalf("kvd sent %d replies, memcached %d", len(a), len(b))
+	}
+	for i := range a {
+		if a[i].Opcode != b[i].Opcode || a[i].Opaque != b[i].Opaque || a[i].Status != b[i].Status {
+			t.Fatalf("reply %d: kvd %v opaque=%d status=0x%02x, memcached %v opaque=%d status=0x%02x",
+				i, a[i].Opcode, a[i].Opaque, uint16(a[i].Status), b[i].Opcode, b[i].Opaque, uint16(b[i].Status))
+		}
+	}
+}
+
+// TestPipelineOrder writes 1,000 mixed commands in one write and checks
+// that kvd answers exactly the non-suppressed ones, in request order,
+// with memcached's statuses; then the same against Debian's memcached.
+func TestPipelineOrder(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, testConfig)
+	reqs, want := buildPipeline(1, "p:", mc.MagicRequest)
+	checkPipelineMix(t, reqs, want, baseKinds, baseQuiet)
+	got := runPipeline(t, k.Addr, nil, reqs, mc.MagicResponse)
+	checkReplies(t, "kvd", got, want)
+
+	t.Run("memcached", func(t *testing.T) {
+		mcAddr := startMemcached(t) // skips (or fails under KVD_REQUIRE_TOOLS=1) without it
+		ref := runPipeline(t, mcAddr, nil, reqs, mc.MagicResponse)
+		checkRepliesMode(t, "memcached (the model's reference)", ref, want, true)
+		sameSequence(t, got, ref)
+	})
+}
+
+// TestPipelineMoreOpcodes is TestPipelineOrder with the rest of the
+// protocol mixed in (stepMore): once with INCRs that wrap at 2^64 against
+// the model, once without against the model and Debian's memcached.
+func TestPipelineMoreOpcodes(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, testConfig)
+	reqs, want := buildPipelineMix(3, "wrap:", mc.MagicRequest, pipelineMix{more: true, wrap: true})
+	checkPipelineMix(t, reqs, want, append(baseKinds, moreKinds...), append(baseQuiet, moreQuiet...))
+	checkReplies(t, "kvd", runPipeline(t, k.Addr, nil, reqs, mc.MagicResponse), want)
+
+	reqs, want = buildPipelineMix(3, "more:", mc.MagicRequest, pipelineMix{more: true})
+	got := runPipeline(t, k.Addr, nil, reqs, mc.MagicResponse)
+	checkReplies(t, "kvd", got, want)
+	t.Run("memcached", func(t *testing.T) {
+		ref := runPipeline(t, startMemcached(t), nil, reqs, mc.MagicResponse)
+		checkRepliesMode(t, "memcached (the model's reference)", ref, want, true)
+		sameSequence(t, got, ref)
+	})
+}
+
+// TestPipelineOrderAltFraming is TestPipelineOrder with magic 0x08 after
+// HELLO AltRequestSupport: every reply must use magic 0x18.
+func TestPipelineOrderAltFraming(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, testConfig)
+	hello := &mc.Request{Magic: mc.MagicRequest, Opcode: mc.OpHello, Key: []byte("kvd-pipeline-test"),
+		Value: mc.AppendUint16(nil, 0x10)}
+	c := dialRaw(t, k.Addr)
+	res := c.call(hello)
+	if res.Status != mc.StatusOK || !bytes.Equal(res.Value, []byte{0x00, 0x10}) {
+		t.Fatalf("HELLO AltRequestSupport: status %v, features % x; want OK and 00 10", res.Status, res.Value)
+	}
+	reqs, want := buildPipeline(2, "alt:", mc.MagicAltRequest)
+	checkPipelineMix(t, reqs, want, baseKinds, baseQuiet)
+	got := runPipeline(t, k.Addr, []*mc.Request{hello}, reqs, mc.MagicAltResponse)
+	checkReplies(t, "kvd, alternative framing", got, want)
+}
+
+// TestPipelineQuit: commands after QUIT (or QUITQ) in one write are not
+// executed; the replies before it arrive in order, then the close.
+func TestPipelineQuit(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, testConfig)
+	check := func(t *testing.T, addr string) {
+		for _, quit := range []mc.Opcode{mc.OpQuit, mc.OpQuitQ} {
+			prefix := quit.String() + ":"
+			reqs := []*mc.Request{
+				reqWith(mc.OpSet, 1, mc.AppendSetExtras(nil, 0, 0), prefix+"a", "1"),
+				reqWith(mc.OpGetQ, 2, nil, prefix+"a", ""),
+				reqWith(mc.OpGetQ, 3, nil, prefix+"missing", ""),
+				reqWith(quit, 4, nil, "", ""),
+				reqWith(mc.OpSet, 5, mc.AppendSetExtras(nil, 0, 0), prefix+"b", "2"),
+				reqWith(mc.OpGet, 6, nil, prefix+"a", ""),
+				reqWith(mc.OpNoop, 7, nil, "", ""),
+			}
+			want := []wantReply{{op: mc.OpSet, opaque: 1}, {op: mc.OpGetQ, opaque: 2, value: []byte("1"), check: true}}
+			if quit == mc.OpQuit {
+				want = append(want, wantReply{op: mc.OpQuit, opaque: 4})
+			}
+			c := dialRaw(t, addr)
+			c.send(reqs...)
+			data, closed := c.drainUntilClosed(5 * time.Second)
+			got, err := parseResponses(data)
+			if err != nil {
+				t.Fatalf("%v: %v", quit, err)
+			}
+			checkReplies(t, quit.String(), got, want)
+			if !closed {
+				t.Errorf("%v: connection not closed", quit)
+			}
+			if res := dialRaw(t, addr).call(get(prefix + "b")); res.Status != mc.StatusKeyNotFound {
+				t.Errorf("%v: the SET after it ran: GET %sb status %v", quit, prefix, res.Status)
+			}
+		}
+	}
+	check(t, k.Addr)
+	t.Run("memcached", func(t *testing.T) { check(t, startMemcached(t)) })
+}
+
+// TestPipelineStateChanges: SELECT_BUCKET, SASL_AUTH and FLUSH in the middle
+// of one write apply exactly between the commands before and after them.
+func TestPipelineStateChanges(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, testConfig)
+	ext := mc.AppendSetExtras(nil, 0, 0)
+	saslAdmin := reqWith(mc.OpSASLAuth, 1, nil, "PLAIN", "\x00admin\x00admin-pw")
+	saslAlice := reqWith(mc.OpSASLAuth, 12, nil, "PLAIN", "\x00alice\x00alice-pw")
+	steps := []struct {
+		req   *mc.Request
+		st    mc.Status
+		value string // checked for GETs that hit
+	}{
+		{saslAdmin, mc.StatusOK, ""},
+		{reqWith(mc.OpSelectBucket, 2, nil, "app", ""), mc.StatusOK, ""},
+		{reqWith(mc.OpSet, 3, ext, "k", "in app"), mc.StatusOK, ""},
+		{reqWith(mc.OpSet, 4, ext, "gone-after-flush", "x"), mc.StatusOK, ""},
+		{reqWith(mc.OpSelectBucket, 5, nil, "other", ""), mc.StatusOK, ""},
+		{reqWith(mc.OpGet, 6, nil, "k", ""), mc.StatusKeyNotFound, ""},
+		{reqWith(mc.OpSet, 7, ext, "k", "in other"), mc.StatusOK, ""},
+		{reqWith(mc.OpSelectBucket, 8, nil, "app", ""), mc.StatusOK, ""},
+		{reqWith(mc.OpGet, 9, nil, "k", ""), mc.StatusOK, "in app"},
+		{reqWith(mc.OpFlush, 10, nil, "", ""), mc.StatusOK, ""},
+		{reqWith(mc.OpGet, 11, nil, "gone-after-flush", ""), mc.StatusKeyNotFound, ""},
+		{saslAlice, mc.StatusOK, ""}, // a new identity: no bucket selected
+		{reqWith(mc.OpGet, 13, nil, "k", ""), mc.StatusNoBucket, ""},
+		{reqWith(mc.OpSelectBucket, 14, nil, "other", ""), mc.StatusAccessDenied, ""},
+		{reqWith(mc.OpSelectBucket, 15, nil, "app", ""), mc.StatusOK, ""},
+		{reqWith(mc.OpSet, 16, ext, "k2", "alice"), mc.StatusOK, ""},
+		{reqWith(mc.OpNoop, 17, nil, "", ""), mc.StatusOK, ""},
+	}
+	var reqs []*mc.Request
+	var want []wantReply
+	for _, s := range steps {
+		reqs = append(reqs, s.req)
+		w := wantReply{op: s.req.Opcode, opaque: s.req.Opaque, status: s.st}
+		if s.req.Opcode == mc.OpGet && s.st == mc.StatusOK {
+			w.value, w.check = []byte(s.value), true
+		}
+		want = append(want, w)
+	}
+	got := runPipeline(t, k.Addr, nil, reqs, mc.MagicResponse)
+	checkReplies(t, "kvd", got, want)
+
+	bob := dialRaw(t, k.Addr)
+	bob.auth("bob", "bob-pw")
+	if st := bob.selectBucket("other"); st != mc.StatusOK {
+		t.Fatalf("bob selects other: %v", st)
+	}
+	if res := bob.call(get("k")); res.Status != mc.StatusOK || string(res.Value) != "in other" {
+		t.Errorf("other/k = %v %q, want \"in other\" (FLUSH of app must not touch other)", res.Status, res.Value)
+	}
+}
