@@ -85,6 +85,7 @@ func memcaslapStat(out, name string) (uint64, bool) {
 // a wrong value is verify_failed. All of them must be zero, and the run must
 // have done real work (a server answering SETs with errors makes memcaslap
 // stop issuing GETs, so cmd_get > 0 is part of the check).
+// It runs 10 s, as the foundation issue asks.
 func TestMemcaslapBinary(t *testing.T) {
 	bin := requireTool(t, "memcaslap")
 	t.Parallel()
@@ -92,7 +93,7 @@ func TestMemcaslapBinary(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "-s", k.Addr, "-B", "-t", "5s",
+	out, err := exec.CommandContext(ctx, bin, "-s", k.Addr, "-B", "-t", "10s",
 		"-T", "2", "-c", "16", "-v", "0.1").CombinedOutput()
 	text := string(out)
 	if ctx.Err() != nil {
