@@ -27,14 +27,8 @@ func (c *conn) createBucket(req *mc.Request) {
 	}
 	who := c.who()
 	c.startControl(req, func(b *batch) {
-		if _, err := c.srv.createBucket(name, set); err != nil {
-			st, reason := statusOf(err)
-			b.out = c.appendError(b.out, b.reqs[0].hdr, st, reason, nil)
-			return
-		}
-		c.srv.log.Info("bucket created", "by", who, "bucket", name,
-			"limits", limitsText(set.Reserved, set.HardLimit))
-		b.out = c.appendReply(b.out, b.reqs[0].hdr, mc.StatusOK, 0, nil, nil, nil)
+		_, err := c.srv.createBucket(name, set, who)
+		b.out = c.appendOutcome(b.out, b.reqs[0].hdr, err)
 	})
 }
 

@@ -24,7 +24,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 		c.runOrCollect(req, s.ingress.StartExempt(pool, now), now)
 		return admitRun
 	}
-	if v := s.checkThrottle(c, req); v != admitRun {
+	if v := s.checkThrottle(c, req, now); v != admitRun {
 		return v
 	}
 	if c.collect != nil {

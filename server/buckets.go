@@ -105,16 +105,16 @@ func (s *Server) loadBuckets() error {
 		if _, ok := s.buckets.get(spec.Name); ok {
 			continue
 		}
-		if _, err := s.createBucket(spec.Name, spec.Settings); err != nil {
+		if _, err := s.createBucket(spec.Name, spec.Settings, "config"); err != nil {
 			return fmt.Errorf("server: configured bucket %q: %w", spec.Name, err)
 		}
 	}
 	return nil
 }
 
-// createBucket persists a new bucket and registers it. It does engine I/O:
-// never call it on an event loop.
-func (s *Server) createBucket(name string, set tenant.Settings) (*bucket, error) {
+// createBucket persists a new bucket, registers it and logs it as created
+// by who. It does engine I/O: never call it on an event loop.
+func (s *Server) createBucket(name string, set tenant.Settings, who string) (*bucket, error) {
 	raw, err := set.MarshalJSON()
 	if err != nil {
 		return nil, err
@@ -125,6 +125,7 @@ func (s *Server) createBucket(name string, set tenant.Settings) (*bucket, error)
 	}
 	b := s.newBucket(store, set)
 	s.buckets.put(b)
+	s.log.Info("bucket created", "by", who, "bucket", name, "limits", limitsText(set.Reserved, set.HardLimit))
 	return b, nil
 }
 

@@ -50,7 +50,6 @@ type conn struct {
 	inflight *batch // batch executing off the loop, nil when none
 	collect  *batch // batch being assembled in this pass
 	quitting bool   // QUIT seen: close after flushing
-	closed   bool   // OnClose ran
 
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set
@@ -258,7 +257,6 @@ func (c *conn) collectDone() {
 
 // close runs on the loop from OnClose.
 func (c *conn) close() {
-	c.closed = true
 	if b := c.inflight; b != nil {
 		c.srv.abandon(b, c.srv.opts.Now())
 	}

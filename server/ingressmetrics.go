@@ -33,12 +33,8 @@ func (s *Server) collectIngress(ch chan<- prometheus.Metric) {
 	}{{"read", st.Read}, {"write", st.Write}, {"ingress", st.Node}} {
 		collectPool(ch, p.name, p.ps)
 	}
-	g := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
-	}
-	c := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
-	}
+	g := func(d *prometheus.Desc, v float64, l ...string) { emitGauge(ch, d, v, l...) }
+	c := func(d *prometheus.Desc, v float64, l ...string) { emitCounter(ch, d, v, l...) }
 	g(descProbeConc, float64(st.Probe.ReadTotal), "read")
 	g(descProbeConc, float64(st.Probe.WriteTotal), "write")
 	c(descProbeEvt, float64(st.Probe.TimesProbedStable), "probed_stable")
@@ -51,12 +47,8 @@ func (s *Server) collectIngress(ch chan<- prometheus.Metric) {
 }
 
 func collectPool(ch chan<- prometheus.Metric, pool string, ps ingress.PoolStats) {
-	g := func(d *prometheus.Desc, v int64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), l...)
-	}
-	c := func(d *prometheus.Desc, v int64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
-	}
+	g := func(d *prometheus.Desc, v int64, l ...string) { emitGauge(ch, d, float64(v), l...) }
+	c := func(d *prometheus.Desc, v int64, l ...string) { emitCounter(ch, d, float64(v), l...) }
 	g(descTickets, ps.Out, pool, "out")
 	g(descTickets, ps.Available, pool, "available")
 	g(descTickets, ps.Total, pool, "total")
@@ -69,8 +61,8 @@ func collectPool(ch chan<- prometheus.Metric, pool string, ps ingress.PoolStats)
 		{"expired", ps.Expired}, {"exempt_started", ps.ExemptStarted}, {"exempt_finished", ps.ExemptFinished}} {
 		c(descIngressCnt, k.v, pool, k.kind)
 	}
-	ch <- prometheus.MustNewConstMetric(descIngressSec, prometheus.CounterValue, float64(ps.TotalTimeProcessingUS)/1e6, pool, "processing")
-	ch <- prometheus.MustNewConstMetric(descIngressSec, prometheus.CounterValue, float64(ps.TotalTimeQueuedUS)/1e6, pool, "queued")
+	emitCounter(ch, descIngressSec, float64(ps.TotalTimeProcessingUS)/1e6, pool, "processing")
+	emitCounter(ch, descIngressSec, float64(ps.TotalTimeQueuedUS)/1e6, pool, "queued")
 }
 
 // ingressStats answers STAT "ingress": one stat per figure, named

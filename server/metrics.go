@@ -92,12 +92,8 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	counter := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
-	}
-	gauge := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
-	}
+	counter := func(d *prometheus.Desc, v float64, l ...string) { emitCounter(ch, d, v, l...) }
+	gauge := func(d *prometheus.Desc, v float64, l ...string) { emitGauge(ch, d, v, l...) }
 	for _, b := range s.buckets.all() {
 		st := b.thr.Stats()
 		counter(descRU, float64(st.RU), b.name)
@@ -122,16 +118,24 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 
 func (c collector) collectPebble(ch chan<- prometheus.Metric) {
 	m := c.s.db.Pebble().Metrics()
-	ch <- prometheus.MustNewConstMetric(descL0, prometheus.GaugeValue, float64(m.Levels[0].Sublevels))
-	ch <- prometheus.MustNewConstMetric(descDebt, prometheus.GaugeValue, float64(m.Compact.EstimatedDebt))
-	ch <- prometheus.MustNewConstMetric(descCacheHit, prometheus.CounterValue, float64(m.BlockCache.Hits))
-	ch <- prometheus.MustNewConstMetric(descCacheMiss, prometheus.CounterValue, float64(m.BlockCache.Misses))
+	emitGauge(ch, descL0, float64(m.Levels[0].Sublevels))
+	emitGauge(ch, descDebt, float64(m.Compact.EstimatedDebt))
+	emitCounter(ch, descCacheHit, float64(m.BlockCache.Hits))
+	emitCounter(ch, descCacheMiss, float64(m.BlockCache.Misses))
 	if h := m.LogWriter.FsyncLatency; h != nil {
 		var pb dto.Metric
 		if h.Write(&pb) == nil && pb.Histogram != nil {
 			ch <- fsyncHistogram(pb.Histogram)
 		}
 	}
+}
+
+func emitCounter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+}
+
+func emitGauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 }
 
 // fsyncHistogram re-emits Pebble's fsync histogram (observed in

@@ -82,14 +82,9 @@ func (s *Server) applyFile(next *Options, prev applied, havePrev bool, who strin
 	if err != nil {
 		return err
 	}
-	if !havePrev || want.Node != prev.Node {
-		old := s.nodeSettings()
-		if err := s.applyNodeSettings(want.Node); err != nil {
+	if (!havePrev || want.Node != prev.Node) && want.Node != s.nodeSettings() {
+		if err := s.applyNodeSettings(want.Node, who); err != nil {
 			return err
-		}
-		if old != want.Node {
-			s.log.Info("node throttle changed", "by", who, "old_capacity", old.Capacity, "new_capacity",
-				want.Node.Capacity, "new_defaults", limitsText(want.Node.DefaultReserved, want.Node.DefaultHardLimit))
 		}
 	}
 	for _, spec := range next.Buckets {
@@ -107,23 +102,13 @@ func (s *Server) applyFile(next *Options, prev applied, havePrev bool, who strin
 func (s *Server) applyBucketSpec(spec BucketSpec, prev, want json.RawMessage, who string) error {
 	b, ok := s.buckets.get(spec.Name)
 	if !ok {
-		if _, err := s.createBucket(spec.Name, spec.Settings); err != nil {
-			return err
-		}
-		s.log.Info("bucket created", "by", who, "bucket", spec.Name,
-			"limits", limitsText(spec.Settings.Reserved, spec.Settings.HardLimit))
-		return nil
-	}
-	old := *b.settings.Load()
-	if prev != nil && string(prev) == string(want) || reflect.DeepEqual(old, spec.Settings) {
-		return nil // unchanged in the file, or already so: run-time changes stand
-	}
-	if err := s.applyBucketSettings(b, spec.Settings); err != nil {
+		_, err := s.createBucket(spec.Name, spec.Settings, who)
 		return err
 	}
-	s.log.Info("bucket throttle changed", "by", who, "bucket", b.name,
-		"old", limitsText(old.Reserved, old.HardLimit), "new", limitsText(spec.Settings.Reserved, spec.Settings.HardLimit))
-	return nil
+	if prev != nil && string(prev) == string(want) || reflect.DeepEqual(*b.settings.Load(), spec.Settings) {
+		return nil // unchanged in the file, or already so: run-time changes stand
+	}
+	return s.applyBucketSettings(b, spec.Settings, who)
 }
 
 // followFile applies at start what the config file changed while kvd was

@@ -82,7 +82,7 @@ func New(opts Options) (*Server, error) {
 		runErr:    make(chan error, 1),
 		stopHouse: make(chan struct{}),
 		houseDone: make(chan struct{}),
-		throttle:  newThrottle(&opts),
+		throttle:  tenant.NewThrottle(opts.NodeCapacity, opts.Now()),
 	}
 	if s.ingress, err = ingress.New(opts.Ingress); err != nil {
 		_ = db.Close()

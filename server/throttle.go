@@ -6,7 +6,6 @@ import (
 	"time"
 
 	mc "kvd/protocol/binary"
-	"kvd/tenant"
 )
 
 // verdict is admission's answer for one data command.
@@ -21,13 +20,13 @@ const (
 
 // checkThrottle asks the bucket's throttle whether a throttled connection's
 // command may run now.
-func (s *Server) checkThrottle(c *conn, req *mc.Request) verdict {
+func (s *Server) checkThrottle(c *conn, req *mc.Request, now time.Time) verdict {
 	b, pending := c.bucket, pendingUnits(req, s.limits().WriteUnitSize)
 	// A refusal right after a second boundary that housekeeping has not
 	// ticked yet would be wrong: end the second here and ask again.
-	if s.throttle.Check(b.thr, pending) || (s.tick(s.opts.Now()) && s.throttle.Check(b.thr, pending)) {
+	if s.throttle.Check(b.thr, pending) || (s.tick(now) && s.throttle.Check(b.thr, pending)) {
 		if !c.parkedSince.IsZero() {
-			c.throttledFor = s.opts.Now().Sub(c.parkedSince)
+			c.throttledFor = now.Sub(c.parkedSince)
 			b.thr.AddWait(c.throttledFor)
 			c.parkedSince = time.Time{}
 		}
@@ -36,13 +35,13 @@ func (s *Server) checkThrottle(c *conn, req *mc.Request) verdict {
 	if c.collect != nil {
 		return admitWait // run what is collected first, then ask again
 	}
-	return s.throttled(c, req)
+	return s.throttled(c, req, now)
 }
 
 // throttled handles a command the throttle refused: answer 0x0c at once in
 // non-blocking mode, park it, or give up on it after max_throttle_wait_ms.
-func (s *Server) throttled(c *conn, req *mc.Request) verdict {
-	b, now := c.bucket, s.opts.Now()
+func (s *Server) throttled(c *conn, req *mc.Request, now time.Time) verdict {
+	b := c.bucket
 	if c.parkedSince.IsZero() {
 		b.thr.CountThrottled()
 		if c.features&featNonBlocking != 0 {
@@ -147,9 +146,4 @@ func (s *Server) tick(now time.Time) bool {
 		b.wakeParked()
 	}
 	return true
-}
-
-// newThrottle builds the node throttle from the options.
-func newThrottle(o *Options) *tenant.Throttle {
-	return tenant.NewThrottle(o.NodeCapacity, o.Now())
 }

@@ -50,8 +50,7 @@ func (c *conn) setBucketThrottle(req *mc.Request) {
 		c.replyError(req, mc.StatusKeyNotFound, "no such bucket: "+string(req.Key))
 		return
 	}
-	old := *b.settings.Load()
-	set := old
+	set := *b.settings.Load()
 	set.Reserved, set.HardLimit = reserved, hard
 	if err := set.Validate(); err != nil {
 		c.replyError(req, mc.StatusInvalidArguments, err.Error())
@@ -59,18 +58,14 @@ func (c *conn) setBucketThrottle(req *mc.Request) {
 	}
 	who := c.who()
 	c.startControl(req, func(bt *batch) {
-		err := c.srv.applyBucketSettings(b, set)
-		if err == nil {
-			c.srv.log.Info("bucket throttle changed", "by", who, "bucket", b.name,
-				"old", limitsText(old.Reserved, old.HardLimit), "new", limitsText(reserved, hard))
-		}
-		bt.out = c.appendOutcome(bt.out, bt.reqs[0].hdr, err)
+		bt.out = c.appendOutcome(bt.out, bt.reqs[0].hdr, c.srv.applyBucketSettings(b, set, who))
 	})
 }
 
-// applyBucketSettings persists a bucket's settings, then applies them. It
-// does engine I/O: never call it on an event loop.
-func (s *Server) applyBucketSettings(b *bucket, set tenant.Settings) error {
+// applyBucketSettings persists a bucket's settings, applies them, and logs
+// the change as made by who. It does engine I/O: never call it on an event
+// loop.
+func (s *Server) applyBucketSettings(b *bucket, set tenant.Settings, who string) error {
 	raw, err := set.MarshalJSON()
 	if err == nil {
 		err = s.db.SetBucketSettings(b.name, raw)
@@ -78,8 +73,10 @@ func (s *Server) applyBucketSettings(b *bucket, set tenant.Settings) error {
 	if err != nil {
 		return err
 	}
-	b.settings.Store(&set)
+	old := b.settings.Swap(&set)
 	s.throttle.SetLimits(b.thr, set.Reserved, set.HardLimit)
+	s.log.Info("bucket throttle changed", "by", who, "bucket", b.name,
+		"old", limitsText(old.Reserved, old.HardLimit), "new", limitsText(set.Reserved, set.HardLimit))
 	return nil
 }
 
@@ -92,22 +89,14 @@ func (c *conn) setNodeThrottle(req *mc.Request) {
 		c.replyError(req, mc.StatusAccessDenied, "SetNodeThrottleProperties needs the BucketThrottleManagement privilege")
 		return
 	}
-	old := c.srv.nodeSettings()
-	next, err := parseNodeSettings(req.Value, old)
+	next, err := parseNodeSettings(req.Value, c.srv.nodeSettings())
 	if err != nil {
 		c.replyError(req, mc.StatusInvalidArguments, err.Error())
 		return
 	}
 	who := c.who()
 	c.startControl(req, func(bt *batch) {
-		err := c.srv.applyNodeSettings(next)
-		if err == nil {
-			c.srv.log.Info("node throttle changed", "by", who,
-				"old_capacity", old.Capacity, "new_capacity", next.Capacity,
-				"old_defaults", limitsText(old.DefaultReserved, old.DefaultHardLimit),
-				"new_defaults", limitsText(next.DefaultReserved, next.DefaultHardLimit))
-		}
-		bt.out = c.appendOutcome(bt.out, bt.reqs[0].hdr, err)
+		bt.out = c.appendOutcome(bt.out, bt.reqs[0].hdr, c.srv.applyNodeSettings(next, who))
 	})
 }
 
@@ -141,9 +130,10 @@ func parseNodeSettings(value []byte, cur nodeSettings) (nodeSettings, error) {
 	return next, nil
 }
 
-// applyNodeSettings persists the node settings, then applies them: capacity
-// at once, the defaults to buckets created afterwards.
-func (s *Server) applyNodeSettings(n nodeSettings) error {
+// applyNodeSettings persists the node settings, applies them (capacity at
+// once, the defaults to buckets created afterwards) and logs the change as
+// made by who. It does engine I/O: never call it on an event loop.
+func (s *Server) applyNodeSettings(n nodeSettings, who string) error {
 	raw, err := json.Marshal(n)
 	if err == nil {
 		err = s.db.PutMeta(nodeMetaKey, raw)
@@ -151,7 +141,12 @@ func (s *Server) applyNodeSettings(n nodeSettings) error {
 	if err != nil {
 		return err
 	}
+	old := s.nodeSettings()
 	s.setNode(n)
+	s.log.Info("node throttle changed", "by", who,
+		"old_capacity", old.Capacity, "new_capacity", n.Capacity,
+		"old_defaults", limitsText(old.DefaultReserved, old.DefaultHardLimit),
+		"new_defaults", limitsText(n.DefaultReserved, n.DefaultHardLimit))
 	return nil
 }
 
