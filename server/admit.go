@@ -1,10 +1,21 @@
 package server
 
 import (
+	"strconv"
 	"time"
 
 	"kvd/ingress"
 	mc "kvd/protocol/binary"
+)
+
+// verdict is admission's answer for one data command.
+type verdict uint8
+
+const (
+	admitRun      verdict = iota // run it now
+	admitWait                    // leave it in the input; the connection waits to be woken
+	admitAnswered                // it was answered (rejected) on the loop: consume it
+	admitQueued                  // it was copied into a batch waiting for a ticket: consume it
 )
 
 // admit is the one place where a decoded data command asks whether it may
@@ -53,9 +64,90 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 		return admitQueued
 	}
 	b.release()
-	c.bucket.thr.CountRejected()
+	c.bucket.Throttle().CountRejected()
 	c.replyError(req, mc.StatusBusy, reason)
 	return admitAnswered
+}
+
+// checkThrottle asks the bucket's throttle whether a throttled connection's
+// command may run now.
+func (s *Server) checkThrottle(c *conn, req *mc.Request, now time.Time) verdict {
+	b, pending := c.bucket, pendingUnits(req, s.limits().WriteUnitSize)
+	// A refusal right after a second boundary that housekeeping has not
+	// ticked yet would be wrong: end the second here and ask again.
+	if s.throttle.Check(b.Throttle(), pending) || (s.tick(now) && s.throttle.Check(b.Throttle(), pending)) {
+		if !c.parkedSince.IsZero() {
+			c.throttledFor = now.Sub(c.parkedSince)
+			b.Throttle().AddWait(c.throttledFor)
+			c.parkedSince = time.Time{}
+		}
+		return admitRun
+	}
+	if c.collect != nil {
+		return admitWait // run what is collected first, then ask again
+	}
+	return s.throttled(c, req, now)
+}
+
+// throttled handles a command the throttle refused: answer 0x0c at once in
+// non-blocking mode, park it, or give up on it after max_throttle_wait_ms.
+func (s *Server) throttled(c *conn, req *mc.Request, now time.Time) verdict {
+	b := c.bucket
+	if c.parkedSince.IsZero() {
+		b.Throttle().CountThrottled()
+		if c.features&featNonBlocking != 0 {
+			body := strconv.AppendInt([]byte(`{"next_tick_us":`), s.throttle.NextTick(now), 10)
+			c.out = mc.AppendResponse(c.out, req.Alt(), &mc.Response{Opcode: req.Opcode,
+				Status: mc.StatusWouldThrottle, Opaque: req.Opaque, Datatype: mc.DatatypeJSON, Value: append(body, '}')})
+			return admitAnswered
+		}
+		c.parkedSince = now
+	} else if waited := now.Sub(c.parkedSince); waited > s.limits().MaxThrottleWait {
+		b.Throttle().AddWait(waited)
+		b.Throttle().CountRejected()
+		c.parkedSince = time.Time{}
+		c.replyError(req, mc.StatusTemporaryFailure, "throttled for "+strconv.FormatInt(waited.Milliseconds(), 10)+
+			" ms in bucket "+b.Name()+", longer than max_throttle_wait_ms="+
+			strconv.FormatInt(s.limits().MaxThrottleWait.Milliseconds(), 10))
+		return admitAnswered
+	}
+	c.park()
+	return admitWait
+}
+
+// pendingUnits are the units a command is checked with before it runs: the
+// write's size for SET-like commands, 1 otherwise (SPEC section 5).
+func pendingUnits(req *mc.Request, writeUnit int) int64 {
+	switch req.Opcode.NonQuiet() {
+	case mc.OpSet, mc.OpAdd, mc.OpReplace, mc.OpAppend, mc.OpPrepend:
+		return unitsOf(len(req.Key)+len(req.Value), writeUnit)
+	}
+	return 1
+}
+
+// park registers c in its bucket's parked set, once, to be woken at the
+// next tick.
+func (c *conn) park() {
+	if c.parked.CompareAndSwap(false, true) {
+		c.bucket.Park(c)
+	}
+}
+
+// Wake implements catalog.Waker: the bucket's tick (or its deletion) wakes
+// the parked connection, whose loop then asks admission again.
+func (c *conn) Wake() {
+	c.parked.Store(false)
+	_ = c.gc.Wake(nil)
+}
+
+// tick ends the throttle's second if it is over and wakes every parked
+// connection to ask again. It never blocks: it may run on a loop.
+func (s *Server) tick(now time.Time) bool {
+	if !s.throttle.Tick(now) {
+		return false
+	}
+	s.cat.WakeParked()
+	return true
 }
 
 // runOrCollect answers a first-in-line GET of a resident item on the loop,
@@ -65,6 +157,40 @@ func (c *conn) runOrCollect(req *mc.Request, t ingress.Ticket, now time.Time) {
 		return
 	}
 	c.collectReq(req, t)
+}
+
+// serveResident answers a GET/GETK (or quiet variant) on the loop when the
+// item is resident in the engine's cache: no worker hop, no disk. The
+// engine's Peek reads memory under a short shard lock that is never held
+// across I/O, so the loop stays non-blocking. It returns false, having done
+// nothing, when the item is not resident; the command then goes to a worker.
+//
+// The command is admitted and metered exactly as on a worker: it holds its
+// ticket t for its (short) execution, is charged its read units, and counts
+// in the bucket's figures. It must be first in line (nothing collected
+// before it), so replies stay in request order.
+func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) bool {
+	s, b := c.srv, c.bucket
+	it, ok := b.Store().Peek(req.Key, uint32(now.Unix()), c.peek[:0])
+	if !ok {
+		return false
+	}
+	c.peek = it.Value
+	r := request{hdr: headerOf(req), throttled: c.throttledFor}
+	c.throttledFor = 0
+	r.ru = unitsOf(len(req.Key)+len(it.Value), s.limits().ReadUnitSize)
+	b.Throttle().CountCommand()
+	b.Counters.CmdGet.Add(1)
+	b.Counters.GetHits.Add(1)
+	s.throttle.Charge(b.Throttle(), r.ru, 0)
+	var key []byte
+	if req.Opcode.NonQuiet() == mc.OpGetK {
+		key = req.Key
+	}
+	var ex [4]byte
+	c.out = c.appendMetered(c.out, &r, it.CAS, mc.AppendUint32(ex[:0], it.Flags), key, it.Value)
+	s.ingress.Release(t, now)
+	return true
 }
 
 // collectReq adds an admitted command, with its ticket, to the batch being
@@ -95,7 +221,7 @@ func (b *batch) Granted(t ingress.Ticket) {
 func (b *batch) Expired(reason string) {
 	r := b.reqs[0]
 	r.status, r.reason = mc.StatusTemporaryFailure, reason
-	b.bucket.thr.CountRejected()
+	b.bucket.Throttle().CountRejected()
 	b.out = b.c.appendResult(b.out, r)
 	b.c.finish(b)
 }
@@ -118,15 +244,4 @@ func poolOf(op mc.Opcode) ingress.Pool {
 		return ingress.Read
 	}
 	return ingress.Write
-}
-
-// releaseTickets returns the tickets of a batch's commands.
-func (s *Server) releaseTickets(b *batch) {
-	now := s.opts.Now()
-	for _, r := range b.reqs {
-		if r.ticket.Valid() {
-			s.ingress.Release(r.ticket, now)
-			r.ticket = ingress.Ticket{}
-		}
-	}
 }

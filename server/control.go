@@ -3,8 +3,11 @@ package server
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"strconv"
 	"strings"
 
+	"kvd/engine"
 	"kvd/ingress"
 	mc "kvd/protocol/binary"
 	"kvd/tenant"
@@ -49,7 +52,7 @@ func (c *conn) handleControl(req *mc.Request) {
 	case mc.OpSelectBucket:
 		c.selectByName(req)
 	case mc.OpListBuckets:
-		names := c.srv.buckets.names(c.canSelect)
+		names := c.srv.cat.Names(c.canSelect)
 		c.reply(req, mc.StatusOK, 0, nil, nil, []byte(strings.Join(names, " ")))
 	case mc.OpCreateBucket:
 		c.createBucket(req)
@@ -117,7 +120,7 @@ func (c *conn) login(user *tenant.User) {
 	c.user = user
 	c.unthrottled = user.Privileges.Has(tenant.PrivUnthrottled)
 	c.deselect()
-	if b, ok := c.srv.buckets.get(user.Name); ok && user.CanSelect(b.name) {
+	if b, ok := c.srv.cat.Get(user.Name); ok && user.CanSelect(b.Name()) {
 		c.selectBucket(b)
 	}
 }
@@ -145,13 +148,13 @@ func (c *conn) selectByName(req *mc.Request) {
 		c.replyError(req, mc.StatusAccessDenied, "no access to bucket "+name)
 		return
 	}
-	b, ok := c.srv.buckets.get(name)
+	b, ok := c.srv.cat.Get(name)
 	if !ok {
 		c.replyError(req, mc.StatusKeyNotFound, "no such bucket: "+name)
 		return
 	}
 	exempt := c.privileged(tenant.PrivUnthrottled) || c.privileged(tenant.PrivBucketThrottleManagement)
-	if limit := int64(c.srv.limits().MaxConnectionsPerBucket); !exempt && c.bucket != b && b.thr.Clients() >= limit {
+	if limit := int64(c.srv.limits().MaxConnectionsPerBucket); !exempt && c.bucket != b && b.Throttle().Clients() >= limit {
 		c.replyError(req, mc.StatusBusy, "too many connections to bucket "+name)
 		return
 	}
@@ -165,4 +168,177 @@ func (c *conn) startControl(req *mc.Request, job func(b *batch)) {
 	b.add(req)
 	b.job = job
 	c.startJob(b)
+}
+
+// who names the connection's user for admin log lines.
+func (c *conn) who() string {
+	if c.user == nil {
+		return "anonymous"
+	}
+	return c.user.Name
+}
+
+// createBucket handles CREATE_BUCKET: key = name, value = empty or a JSON
+// object of bucket settings.
+func (c *conn) createBucket(req *mc.Request) {
+	if !c.privileged(tenant.PrivBucketThrottleManagement) {
+		c.replyError(req, mc.StatusAccessDenied, "CREATE_BUCKET needs the BucketThrottleManagement privilege")
+		return
+	}
+	name := string(req.Key)
+	if err := tenant.ValidBucketName(name); err != nil {
+		c.replyError(req, mc.StatusInvalidArguments, err.Error())
+		return
+	}
+	set, err := tenant.ParseSettings(req.Value, c.srv.cat.Defaults())
+	if err != nil {
+		c.replyError(req, mc.StatusInvalidArguments, err.Error())
+		return
+	}
+	who := c.who()
+	c.startControl(req, func(b *batch) {
+		_, err := c.srv.cat.Create(name, set, who)
+		b.out = c.appendOutcome(b.out, b.reqs[0].hdr, err)
+	})
+}
+
+// deleteBucket handles DELETE_BUCKET: key = name. Its data is removed; the
+// connections that have it selected get "no bucket" from then on.
+func (c *conn) deleteBucket(req *mc.Request) {
+	if !c.privileged(tenant.PrivBucketThrottleManagement) {
+		c.replyError(req, mc.StatusAccessDenied, "DELETE_BUCKET needs the BucketThrottleManagement privilege")
+		return
+	}
+	name, who := string(req.Key), c.who()
+	c.startControl(req, func(b *batch) {
+		if err := c.srv.cat.Delete(name, who); err != nil {
+			st, reason := statusOf(err)
+			if errors.Is(err, engine.ErrBucketNotFound) {
+				reason = "no such bucket: " + name
+			}
+			b.out = c.appendError(b.out, b.reqs[0].hdr, st, reason, nil)
+			return
+		}
+		b.out = c.appendReply(b.out, b.reqs[0].hdr, mc.StatusOK, 0, nil, nil, nil)
+	})
+}
+
+// flush handles FLUSH/FLUSHQ: every item of the selected bucket goes, and
+// nothing of any other bucket. A delay in the extras is not supported: the
+// flush happens at once.
+func (c *conn) flush(req *mc.Request) {
+	if c.bucket == nil {
+		c.replyError(req, mc.StatusNoBucket, "no bucket selected")
+		return
+	}
+	quiet := req.Opcode.IsQuiet()
+	c.startControl(req, func(b *batch) {
+		err := b.bucket.Store().Flush()
+		if err == nil {
+			err = c.srv.db.SyncWAL()
+		}
+		switch {
+		case err != nil:
+			st, reason := statusOf(err)
+			b.out = c.appendError(b.out, b.reqs[0].hdr, st, reason, nil)
+		case !quiet:
+			b.out = c.appendReply(b.out, b.reqs[0].hdr, mc.StatusOK, 0, nil, nil, nil)
+		}
+	})
+}
+
+// setBucketThrottle handles SetBucketThrottleProperties (0x2a): key = bucket,
+// value = {"reserved":…, "hard_limit":…}; a missing field means "unlimited".
+func (c *conn) setBucketThrottle(req *mc.Request) {
+	if !c.privileged(tenant.PrivBucketThrottleManagement) {
+		c.replyError(req, mc.StatusAccessDenied, "SetBucketThrottleProperties needs the BucketThrottleManagement privilege")
+		return
+	}
+	reserved, hard, err := tenant.ParseBucketThrottle(req.Value)
+	if err != nil {
+		c.replyError(req, mc.StatusInvalidArguments, err.Error())
+		return
+	}
+	b, ok := c.srv.cat.Get(string(req.Key))
+	if !ok {
+		c.replyError(req, mc.StatusKeyNotFound, "no such bucket: "+string(req.Key))
+		return
+	}
+	set := b.Settings()
+	set.Reserved, set.HardLimit = reserved, hard
+	if err := set.Validate(); err != nil {
+		c.replyError(req, mc.StatusInvalidArguments, err.Error())
+		return
+	}
+	who := c.who()
+	c.startControl(req, func(bt *batch) {
+		bt.out = c.appendOutcome(bt.out, bt.reqs[0].hdr, c.srv.cat.SetBucketSettings(b, set, who))
+	})
+}
+
+// setNodeThrottle handles SetNodeThrottleProperties (0x2c): no key, value =
+// {"capacity":N, "default_throttle_reserved_units":…,
+// "default_throttle_hard_limit":…}, every field optional, the two defaults
+// together.
+func (c *conn) setNodeThrottle(req *mc.Request) {
+	if !c.privileged(tenant.PrivBucketThrottleManagement) {
+		c.replyError(req, mc.StatusAccessDenied, "SetNodeThrottleProperties needs the BucketThrottleManagement privilege")
+		return
+	}
+	next, err := tenant.ParseNodeThrottle(req.Value, c.srv.cat.Node())
+	if err != nil {
+		c.replyError(req, mc.StatusInvalidArguments, err.Error())
+		return
+	}
+	who := c.who()
+	c.startControl(req, func(bt *batch) {
+		bt.out = c.appendOutcome(bt.out, bt.reqs[0].hdr, c.srv.cat.SetNode(next, who))
+	})
+}
+
+// stats answers STAT: one reply per statistic, then an empty terminator.
+// Groups: "" (general), "bucket_details [name]", "throttle", "ingress". An
+// unknown group gets 0x01. The figures are gathered by the Server (stats.go);
+// this only encodes them.
+func (c *conn) stats(req *mc.Request) {
+	group, arg, _ := strings.Cut(string(req.Key), " ")
+	emit := func(name string, value []byte) { c.reply(req, mc.StatusOK, 0, nil, []byte(name), value) }
+	st, reason := mc.StatusOK, ""
+	switch group {
+	case "":
+		c.srv.generalStats(c.bucket, emit)
+	case "bucket_details":
+		var name string
+		var doc []byte
+		if name, doc, st, reason = c.srv.bucketDetails(arg, c.canSee); st == mc.StatusOK {
+			c.statJSON(req, name, doc)
+		}
+	case "throttle":
+		c.srv.throttleStats(emit)
+	case "ingress":
+		c.srv.ingressStats(emit)
+	default:
+		st, reason = mc.StatusKeyNotFound, "unknown stat group "+strconv.Quote(group)
+	}
+	if st != mc.StatusOK {
+		c.replyError(req, st, reason)
+		return
+	}
+	c.reply(req, mc.StatusOK, 0, nil, nil, nil)
+}
+
+// statJSON sends a stat whose value is a JSON document, marked as JSON
+// when the client negotiated the JSON feature.
+func (c *conn) statJSON(req *mc.Request, name string, doc []byte) {
+	res := mc.Response{Opcode: req.Opcode, Opaque: req.Opaque, Key: []byte(name), Value: doc}
+	if c.features&featJSON != 0 {
+		res.Datatype = mc.DatatypeJSON
+	}
+	c.out = mc.AppendResponse(c.out, req.Alt(), &res)
+}
+
+// canSee reports whether the connection may read a bucket's details: with
+// the Stats privilege every bucket, otherwise those it may select.
+func (c *conn) canSee(name string) bool {
+	return c.privileged(tenant.PrivStats) || c.canSelect(name)
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+
+	"kvd/ingress"
 )
 
 // metrics is the server's Prometheus view. Almost everything is read at
@@ -94,17 +96,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	counter := func(d *prometheus.Desc, v float64, l ...string) { emitCounter(ch, d, v, l...) }
 	gauge := func(d *prometheus.Desc, v float64, l ...string) { emitGauge(ch, d, v, l...) }
-	for _, b := range s.buckets.all() {
-		st := b.thr.Stats()
-		counter(descRU, float64(st.RU), b.name)
-		counter(descWU, float64(st.WU), b.name)
-		counter(descCommands, float64(st.Commands), b.name)
-		counter(descThrottled, float64(st.Throttled), b.name)
-		counter(descWait, float64(st.WaitUS)/1e6, b.name)
-		counter(descRejected, float64(st.Rejected), b.name)
-		gauge(descClients, float64(st.Clients), b.name)
-		gauge(descItems, float64(b.store.ItemCount()), b.name)
-		gauge(descReserved, float64(st.EffectiveReserved), b.name)
+	for _, b := range s.cat.All() {
+		st := b.Throttle().Stats()
+		counter(descRU, float64(st.RU), b.Name())
+		counter(descWU, float64(st.WU), b.Name())
+		counter(descCommands, float64(st.Commands), b.Name())
+		counter(descThrottled, float64(st.Throttled), b.Name())
+		counter(descWait, float64(st.WaitUS)/1e6, b.Name())
+		counter(descRejected, float64(st.Rejected), b.Name())
+		gauge(descClients, float64(st.Clients), b.Name())
+		gauge(descItems, float64(b.Store().ItemCount()), b.Name())
+		gauge(descReserved, float64(st.EffectiveReserved), b.Name())
 	}
 	node := s.throttle.Stats()
 	gauge(descCapacity, float64(node.Capacity))
@@ -146,4 +148,62 @@ func fsyncHistogram(h *dto.Histogram) prometheus.Metric {
 		buckets[b.GetUpperBound()/1e9] = b.GetCumulativeCount()
 	}
 	return prometheus.MustNewConstHistogram(descFsync, h.GetSampleCount(), h.GetSampleSum()/1e9, buckets)
+}
+
+var (
+	descTickets    = desc("kvd_ingress_tickets", "Ingress tickets by pool (read, write, ingress = node cap) and state (out, available, total).", "pool", "state")
+	descQueueLen   = desc("kvd_ingress_queue_length", "Commands waiting for an ingress ticket.", "pool")
+	descIngressCnt = desc("kvd_ingress_commands_total", "Ingress events by pool and kind (started, finished, queued, dequeued, canceled, rejected, expired, exempt_started, exempt_finished).", "pool", "kind")
+	descIngressSec = desc("kvd_ingress_time_seconds_total", "Time commands held tickets (processing) or waited for one (queued).", "pool", "phase")
+	descProbeConc  = desc("kvd_probe_concurrency", "Pool sizes set by the throughput prober.", "pool")
+	descProbeEvt   = desc("kvd_probe_events_total", "Prober steps and adjustments (probed_stable, probed_up, probed_down, increased, decreased).", "event")
+	descProbeAmt   = desc("kvd_probe_amount_total", "Tickets the prober added (increased) or removed (decreased) from the stable concurrency.", "direction")
+)
+
+func describeIngress(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descTickets, descQueueLen, descIngressCnt, descIngressSec,
+		descProbeConc, descProbeEvt, descProbeAmt} {
+		ch <- d
+	}
+}
+
+// collectIngress exports the same figures STAT ingress shows.
+func (s *Server) collectIngress(ch chan<- prometheus.Metric) {
+	st := s.ingress.Stats()
+	for _, p := range []struct {
+		name string
+		ps   ingress.PoolStats
+	}{{"read", st.Read}, {"write", st.Write}, {"ingress", st.Node}} {
+		collectPool(ch, p.name, p.ps)
+	}
+	g := func(d *prometheus.Desc, v float64, l ...string) { emitGauge(ch, d, v, l...) }
+	c := func(d *prometheus.Desc, v float64, l ...string) { emitCounter(ch, d, v, l...) }
+	g(descProbeConc, float64(st.Probe.ReadTotal), "read")
+	g(descProbeConc, float64(st.Probe.WriteTotal), "write")
+	c(descProbeEvt, float64(st.Probe.TimesProbedStable), "probed_stable")
+	c(descProbeEvt, float64(st.Probe.TimesProbedUp), "probed_up")
+	c(descProbeEvt, float64(st.Probe.TimesProbedDown), "probed_down")
+	c(descProbeEvt, float64(st.Probe.TimesIncreased), "increased")
+	c(descProbeEvt, float64(st.Probe.TimesDecreased), "decreased")
+	c(descProbeAmt, float64(st.Probe.TotalAmountIncreased), "increased")
+	c(descProbeAmt, float64(st.Probe.TotalAmountDecreased), "decreased")
+}
+
+func collectPool(ch chan<- prometheus.Metric, pool string, ps ingress.PoolStats) {
+	g := func(d *prometheus.Desc, v int64, l ...string) { emitGauge(ch, d, float64(v), l...) }
+	c := func(d *prometheus.Desc, v int64, l ...string) { emitCounter(ch, d, float64(v), l...) }
+	g(descTickets, ps.Out, pool, "out")
+	g(descTickets, ps.Available, pool, "available")
+	g(descTickets, ps.Total, pool, "total")
+	g(descQueueLen, ps.QueueLength, pool)
+	for _, k := range []struct {
+		kind string
+		v    int64
+	}{{"started", ps.Started}, {"finished", ps.Finished}, {"queued", ps.AddedToQueue},
+		{"dequeued", ps.RemovedFromQueue}, {"canceled", ps.Canceled}, {"rejected", ps.Rejected},
+		{"expired", ps.Expired}, {"exempt_started", ps.ExemptStarted}, {"exempt_finished", ps.ExemptFinished}} {
+		c(descIngressCnt, k.v, pool, k.kind)
+	}
+	emitCounter(ch, descIngressSec, float64(ps.TotalTimeProcessingUS)/1e6, pool, "processing")
+	emitCounter(ch, descIngressSec, float64(ps.TotalTimeQueuedUS)/1e6, pool, "queued")
 }

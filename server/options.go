@@ -91,6 +91,9 @@ type Options struct {
 	MaxThrottleWait time.Duration
 	// Ingress configures ticketed admission. Defaults: see package ingress.
 	Ingress IngressOptions
+	// MaxInflightBytes bounds the value bytes held by commands in flight
+	// (memory admission); 0 = no bound. Not enforced yet: see warnUnenforced.
+	MaxInflightBytes int64
 	// Logger receives admin changes and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -164,4 +167,49 @@ func (o *Options) Validate() error {
 		}
 	}
 	return nil
+}
+
+// Limits are the node limits a config reload may change; the loops read
+// them through one atomic pointer.
+type Limits struct {
+	MaxConnections          int
+	MaxConnectionsPerBucket int
+	IdleTimeout             time.Duration
+	ReadUnitSize            int
+	WriteUnitSize           int
+	MaxThrottleWait         time.Duration
+	AnonymousBucket         string
+}
+
+func limitsOf(o *Options) *Limits {
+	return &Limits{
+		MaxConnections: o.MaxConnections, MaxConnectionsPerBucket: o.MaxConnectionsPerBucket,
+		IdleTimeout: o.IdleTimeout, ReadUnitSize: o.ReadUnitSize, WriteUnitSize: o.WriteUnitSize,
+		MaxThrottleWait: o.MaxThrottleWait, AnonymousBucket: o.AnonymousBucket,
+	}
+}
+
+func (s *Server) limits() *Limits { return s.lim.Load() }
+
+// warnUnenforced logs, once per start or reload, each setting that is
+// accepted but not enforced yet, so that an operator is never misled.
+func warnUnenforced(o *Options, log *slog.Logger) {
+	if o.MaxInflightBytes > 0 {
+		log.Warn("setting not enforced yet", "setting", "max_inflight_bytes", "value", o.MaxInflightBytes)
+	}
+	for _, b := range o.Buckets {
+		s := b.Settings
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{
+			{"max_concurrent", s.MaxConcurrent != 0}, {"max_queued", s.MaxQueued != 0},
+			{"queue_timeout_ms", s.QueueTimeout != 0}, {"deadline_ms", s.Deadline != 0},
+			{"deadline_percentile", s.DeadlinePercentile != 0}, {"expected_execution_us", s.ExpectedExecution != 0},
+		} {
+			if f.set {
+				log.Warn("setting not enforced yet", "bucket", b.Name, "setting", f.name)
+			}
+		}
+	}
 }

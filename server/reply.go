@@ -2,10 +2,62 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"strconv"
+	"strings"
 
+	"kvd/engine"
 	"kvd/protocol/binary"
+	"kvd/tenant"
 )
+
+// reply answers req on the loop.
+func (c *conn) reply(req *binary.Request, st binary.Status, cas uint64, extras, key, value []byte) {
+	c.out = c.appendReply(c.out, headerOf(req), st, cas, extras, key, value)
+}
+
+// replyError answers req with an error on the loop. Quiet commands get
+// their errors too.
+func (c *conn) replyError(req *binary.Request, st binary.Status, reason string) {
+	c.out = c.appendError(c.out, headerOf(req), st, reason, nil)
+}
+
+// appendResult encodes r's reply, or nothing for a quiet command that
+// succeeded (or missed, for the quiet reads).
+func (c *conn) appendResult(dst []byte, r *request) []byte {
+	h, op := r.hdr, r.hdr.op.NonQuiet()
+	quiet := h.op.IsQuiet()
+	isRead := op == binary.OpGet || op == binary.OpGetK || op == binary.OpGAT
+	if r.status != binary.StatusOK {
+		if quiet && isRead && r.status == binary.StatusKeyNotFound {
+			return dst
+		}
+		var key []byte
+		if op == binary.OpGetK {
+			key = r.key
+		}
+		return c.appendError(dst, h, r.status, r.reason, key)
+	}
+	switch {
+	case op == binary.OpTouch && !quiet:
+		var ex [4]byte // memcached answers TOUCH with the item's flags
+		return c.appendMetered(dst, r, r.cas, binary.AppendUint32(ex[:0], r.flags), nil, nil)
+	case isRead:
+		var key []byte
+		if op == binary.OpGetK {
+			key = r.key
+		}
+		var ex [4]byte
+		return c.appendMetered(dst, r, r.cas, binary.AppendUint32(ex[:0], r.flags), key, r.res)
+	case quiet:
+		return dst
+	case op == binary.OpIncrement || op == binary.OpDecrement:
+		var v [8]byte
+		return c.appendMetered(dst, r, r.cas, nil, nil, binary.AppendUint64(v[:0], r.num))
+	default:
+		return c.appendMetered(dst, r, r.cas, nil, nil, nil)
+	}
+}
 
 // appendReply encodes a reply to h in the framing the request used.
 func (c *conn) appendReply(dst []byte, h header, st binary.Status, cas uint64, extras, key, value []byte) []byte {
@@ -88,13 +140,56 @@ func appendErrorJSON(dst []byte, reason string, retryAfterUS int64) []byte {
 	return append(dst, "}}"...)
 }
 
-// reply answers req on the loop.
-func (c *conn) reply(req *binary.Request, st binary.Status, cas uint64, extras, key, value []byte) {
-	c.out = c.appendReply(c.out, headerOf(req), st, cas, extras, key, value)
+// appendOutcome encodes OK, or the error's status and reason.
+func (c *conn) appendOutcome(dst []byte, h header, err error) []byte {
+	if err != nil {
+		st, reason := statusOf(err)
+		return c.appendError(dst, h, st, reason, nil)
+	}
+	return c.appendReply(dst, h, binary.StatusOK, 0, nil, nil, nil)
 }
 
-// replyError answers req with an error on the loop. Quiet commands get
-// their errors too.
-func (c *conn) replyError(req *binary.Request, st binary.Status, reason string) {
-	c.out = c.appendError(c.out, headerOf(req), st, reason, nil)
+// statusOf is the one place Go errors from engine and tenant become protocol
+// statuses, with the reason a client is told.
+func statusOf(err error) (binary.Status, string) {
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		return binary.StatusKeyNotFound, "Not found"
+	case errors.Is(err, engine.ErrExists):
+		return binary.StatusKeyExists, "Data exists for key."
+	case errors.Is(err, engine.ErrNotStored):
+		return binary.StatusNotStored, "Not stored."
+	case errors.Is(err, engine.ErrNonNumeric):
+		return binary.StatusNonNumeric, "Non-numeric server-side value for incr or decr"
+	case errors.Is(err, engine.ErrTooBig):
+		return binary.StatusTooBig, "Too large."
+	case errors.Is(err, engine.ErrBucketExists):
+		return binary.StatusKeyExists, "bucket already exists"
+	case errors.Is(err, engine.ErrBucketNotFound):
+		return binary.StatusKeyNotFound, "no such bucket"
+	case errors.Is(err, engine.ErrBucketDeleted):
+		return binary.StatusNoBucket, "the selected bucket was deleted"
+	case errors.Is(err, engine.ErrBadBucketName):
+		return binary.StatusInvalidArguments, reasonOf(err, engine.ErrBadBucketName)
+	case errors.Is(err, tenant.ErrInvalidBucketName):
+		return binary.StatusInvalidArguments, reasonOf(err, tenant.ErrInvalidBucketName)
+	case errors.Is(err, tenant.ErrInvalidSettings):
+		return binary.StatusInvalidArguments, reasonOf(err, tenant.ErrInvalidSettings)
+	case errors.Is(err, tenant.ErrAuthFailed):
+		return binary.StatusAuthError, "Auth failure"
+	case errors.Is(err, engine.ErrClosed):
+		return binary.StatusTemporaryFailure, "server is shutting down"
+	}
+	return binary.StatusInternal, err.Error()
+}
+
+// reasonOf is err's text for a client: the detail after the package's
+// sentinel ("tenant: invalid settings: reserved 9 exceeds hard_limit 5"
+// becomes "invalid settings: reserved 9 exceeds hard_limit 5").
+func reasonOf(err, sentinel error) string {
+	s := err.Error()
+	if _, rest, ok := strings.Cut(s, ": "); ok && strings.HasPrefix(s, sentinel.Error()) {
+		return rest
+	}
+	return s
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"kvd/catalog"
 	"kvd/engine"
 	"kvd/ingress"
 	"kvd/tenant"
@@ -26,12 +27,11 @@ type Server struct {
 	log      *slog.Logger
 	db       *engine.DB
 	users    *tenant.Users
-	buckets  registry
+	cat      *catalog.Catalog // the buckets and the node's durable settings
 	throttle *tenant.Throttle
 	lim      atomic.Pointer[Limits] // reloadable limits
 	reloadMu sync.Mutex             // serializes Reconfigure
 	ingress  *ingress.Controller
-	defaults atomic.Pointer[tenant.Settings] // settings of buckets created without any
 	started  time.Time
 	pid      int
 
@@ -43,7 +43,6 @@ type Server struct {
 	conns      connSet
 	currConns  atomic.Int64
 	totalConns atomic.Int64
-	jobs       sync.WaitGroup // batches submitted and not yet run
 	work       workers
 	metrics    *metrics
 
@@ -51,8 +50,8 @@ type Server struct {
 	houseDone chan struct{}
 }
 
-// New validates opts, opens the engine, loads the buckets and returns a
-// server ready to Start.
+// New validates opts, opens the engine and the catalog, applies the config
+// file's catalog settings and returns a server ready to Start.
 func New(opts Options) (*Server, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
@@ -84,26 +83,28 @@ func New(opts Options) (*Server, error) {
 		houseDone: make(chan struct{}),
 		throttle:  tenant.NewThrottle(opts.NodeCapacity, opts.Now()),
 	}
-	if s.ingress, err = ingress.New(opts.Ingress); err != nil {
+	if err := s.open(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
-	s.lim.Store(limitsOf(&opts))
-	s.metrics = newMetrics(s)
-	s.defaults.Store(&opts.DefaultSettings)
-	if err := s.loadNodeSettings(); err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	if err := s.loadBuckets(); err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	if err := s.followFile(); err != nil {
-		_ = db.Close()
-		return nil, err
-	}
+	warnUnenforced(&s.opts, s.log)
 	return s, nil
+}
+
+// open builds what New needs beyond the engine: ingress, limits, metrics
+// and the catalog, following the config file.
+func (s *Server) open() (err error) {
+	if s.ingress, err = ingress.New(s.opts.Ingress); err != nil {
+		return err
+	}
+	s.lim.Store(limitsOf(&s.opts))
+	s.metrics = newMetrics(s)
+	s.cat, err = catalog.Open(catalog.Options{DB: s.db, Throttle: s.throttle,
+		Defaults: s.opts.DefaultSettings, Logger: s.log})
+	if err != nil {
+		return err
+	}
+	return s.cat.ApplyFile(catalogFile(&s.opts), "config")
 }
 
 // newUsers builds the user set, warning about plain-text passwords.
@@ -201,11 +202,15 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		return nil, gnet.Close
 	}
 	s.totalConns.Add(1)
-	c := newConn(s, gc)
+	remote := ""
+	if a := gc.RemoteAddr(); a != nil {
+		remote = a.String()
+	}
+	c := newConn(s, gc, remote)
 	gc.SetContext(c)
 	s.conns.add(c)
 	if name := s.limits().AnonymousBucket; name != "" {
-		if b, ok := s.buckets.get(name); ok {
+		if b, ok := s.cat.Get(name); ok {
 			c.selectBucket(b)
 		}
 	}

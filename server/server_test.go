@@ -77,59 +77,6 @@ func TestStatusOf(t *testing.T) {
 	}
 }
 
-func TestParseNodeSettings(t *testing.T) {
-	cur := nodeSettings{Capacity: 25000, DefaultReserved: 1666, DefaultHardLimit: tenant.Unlimited}
-	for _, tc := range []struct {
-		in   string
-		want nodeSettings
-		err  string
-	}{
-		{`{}`, cur, ""},
-		{``, cur, ""},
-		{`{"capacity": 100}`, nodeSettings{100, 1666, -1}, ""},
-		{`{"default_throttle_reserved_units": 5, "default_throttle_hard_limit": "unlimited"}`, nodeSettings{25000, 5, -1}, ""},
-		{`{"default_throttle_reserved_units": 5}`, cur, "set together"},
-		{`{"default_throttle_reserved_units": 9, "default_throttle_hard_limit": 5}`, cur, "exceeds default_throttle_hard_limit"},
-		{`{"capacity": "unlimited"}`, cur, "non-negative integer"},
-		{`{"capacity": -1}`, cur, "non-negative integer"},
-		{`{"capacity": 1.5}`, cur, "non-negative integer"},
-		{`{"capacity": 1, "bogus": 2}`, cur, `unknown field "bogus"`},
-		{`[1]`, cur, "JSON object"},
-		{`{"capacity":`, cur, "not valid JSON"},
-		{`{"capacity": 1}` + strings.Repeat(" ", maxThrottleJSON), cur, "byte limit"},
-	} {
-		got, err := parseNodeSettings([]byte(tc.in), cur)
-		switch {
-		case tc.err == "" && (err != nil || got != tc.want):
-			t.Errorf("%q: got %+v, %v; want %+v", tc.in, got, err, tc.want)
-		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
-			t.Errorf("%q: error %v, want one containing %q", tc.in, err, tc.err)
-		}
-	}
-}
-
-func TestLimitField(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want int64
-		ok   bool
-	}{
-		{`{}`, tenant.Unlimited, true}, {`{"reserved": "unlimited"}`, tenant.Unlimited, true},
-		{`{"reserved": 0}`, 0, true}, {`{"reserved": 7}`, 7, true},
-		{`{"reserved": "7"}`, 0, false}, {`{"reserved": null}`, 0, false}, {`{"reserved": true}`, 0, false},
-		{`{"reserved": 1e3}`, 0, false},
-	} {
-		doc, err := throttleDoc([]byte(tc.in), "reserved")
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := limitField(doc, "reserved")
-		if (err == nil) != tc.ok || tc.ok && got != tc.want {
-			t.Errorf("%s: got %d, %v; want %d ok=%v", tc.in, got, err, tc.want, tc.ok)
-		}
-	}
-}
-
 func TestErrorJSONIsValid(t *testing.T) {
 	for _, reason := range []string{"plain", `quote " and \ backslash`, "no such bucket: a\x01b", "bad \xff utf8"} {
 		var doc struct {

@@ -1,0 +1,74 @@
+package catalog
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"kvd/engine"
+	"kvd/tenant"
+)
+
+// Bucket is one tenant: its keyspace, settings, throttle gauge, counters and
+// parked connections. All methods are safe for concurrent use.
+type Bucket struct {
+	name     string
+	store    *engine.Bucket
+	thr      *tenant.BucketThrottle
+	settings atomic.Pointer[tenant.Settings]
+	deleted  atomic.Bool
+	parked   parkedSet
+
+	// Counters are memcached's per-bucket command figures (STAT).
+	Counters Counters
+}
+
+// Counters are the memcached figures STAT reports for a bucket.
+type Counters struct {
+	CmdGet, CmdSet, GetHits, GetMisses atomic.Int64
+	CmdTouch, TouchHits, TouchMisses   atomic.Int64
+}
+
+// Name is the bucket's name.
+func (b *Bucket) Name() string { return b.name }
+
+// Store is the bucket's keyspace.
+func (b *Bucket) Store() *engine.Bucket { return b.store }
+
+// Throttle is the bucket's throttle gauge.
+func (b *Bucket) Throttle() *tenant.BucketThrottle { return b.thr }
+
+// Settings are the bucket's current settings.
+func (b *Bucket) Settings() tenant.Settings { return *b.settings.Load() }
+
+// Deleted reports whether the bucket was deleted; a connection that still
+// holds it must deselect it.
+func (b *Bucket) Deleted() bool { return b.deleted.Load() }
+
+// A Waker is a connection parked until its bucket's next throttle tick.
+// Wake must not block.
+type Waker interface{ Wake() }
+
+// Park registers w to be woken by the next WakeParked. The caller makes sure
+// a Waker is parked at most once at a time.
+func (b *Bucket) Park(w Waker) {
+	b.parked.mu.Lock()
+	b.parked.list = append(b.parked.list, w)
+	b.parked.mu.Unlock()
+}
+
+// WakeParked wakes every parked Waker once and forgets them.
+func (b *Bucket) WakeParked() {
+	b.parked.mu.Lock()
+	list := b.parked.list
+	b.parked.list = nil
+	b.parked.mu.Unlock()
+	for _, w := range list {
+		w.Wake()
+	}
+}
+
+// parkedSet is the set of connections waiting for the bucket's next tick.
+type parkedSet struct {
+	mu   sync.Mutex
+	list []Waker // guarded by mu
+}

@@ -1,0 +1,257 @@
+package catalog
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"kvd/engine"
+	"kvd/tenant"
+)
+
+// nodeMetaKey is where run-time node throttle settings persist.
+const nodeMetaKey = "node_throttle"
+
+// Options configure Open.
+type Options struct {
+	// DB is the engine holding the buckets and the catalog's metadata.
+	DB *engine.DB
+	// Throttle is the node's throttle: the catalog adds a gauge for every
+	// bucket and applies capacity and limits to it.
+	Throttle *tenant.Throttle
+	// Defaults are the settings of buckets created without any, until a
+	// persisted node setting (0x2c) says otherwise.
+	Defaults tenant.Settings
+	// Logger receives one line per change. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Catalog is the node's set of buckets and its durable node settings.
+type Catalog struct {
+	db       *engine.DB
+	throttle *tenant.Throttle
+	log      *slog.Logger
+	defaults atomic.Pointer[tenant.Settings] // settings of buckets created without any
+
+	regMu sync.RWMutex
+	reg   map[string]*Bucket // guarded by regMu
+
+	mu sync.Mutex // serializes mutations (create, delete, settings, reload)
+}
+
+// Open loads the persisted node settings and every bucket the engine has.
+func Open(o Options) (*Catalog, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	c := &Catalog{db: o.DB, throttle: o.Throttle, log: o.Logger, reg: map[string]*Bucket{}}
+	def := o.Defaults
+	c.defaults.Store(&def)
+	if err := c.loadNode(); err != nil {
+		return nil, err
+	}
+	for _, info := range c.db.Buckets() {
+		set, err := tenant.ParseSettings(info.Settings, c.Defaults())
+		if err != nil {
+			return nil, fmt.Errorf("catalog: persisted settings of bucket %q: %w", info.Name, err)
+		}
+		store, err := c.db.Bucket(info.Name)
+		if err != nil {
+			return nil, err
+		}
+		c.register(store, set)
+	}
+	return c, nil
+}
+
+// Get returns the named bucket.
+func (c *Catalog) Get(name string) (*Bucket, bool) {
+	c.regMu.RLock()
+	b, ok := c.reg[name]
+	c.regMu.RUnlock()
+	return b, ok
+}
+
+// All returns every bucket, in no particular order.
+func (c *Catalog) All() []*Bucket {
+	c.regMu.RLock()
+	out := make([]*Bucket, 0, len(c.reg))
+	for _, b := range c.reg {
+		out = append(out, b)
+	}
+	c.regMu.RUnlock()
+	return out
+}
+
+// Names returns the sorted names of the buckets for which keep is true.
+func (c *Catalog) Names(keep func(name string) bool) []string {
+	c.regMu.RLock()
+	out := make([]string, 0, len(c.reg))
+	for name := range c.reg {
+		if keep(name) {
+			out = append(out, name)
+		}
+	}
+	c.regMu.RUnlock()
+	sort.Strings(out)
+	return out
+}
+
+// WakeParked wakes the parked connections of every bucket (at a tick).
+func (c *Catalog) WakeParked() {
+	c.regMu.RLock()
+	defer c.regMu.RUnlock()
+	for _, b := range c.reg {
+		b.WakeParked()
+	}
+}
+
+// Defaults are the settings a bucket created without any gets.
+func (c *Catalog) Defaults() tenant.Settings { return *c.defaults.Load() }
+
+// Create persists a new bucket with set, registers it and logs it as
+// created by who. A bucket of that name already existing is
+// engine.ErrBucketExists.
+func (c *Catalog) Create(name string, set tenant.Settings, who string) (*Bucket, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.createLocked(name, set, who)
+}
+
+func (c *Catalog) createLocked(name string, set tenant.Settings, who string) (*Bucket, error) {
+	if err := tenant.ValidBucketName(name); err != nil {
+		return nil, err
+	}
+	if err := set.Validate(); err != nil {
+		return nil, err
+	}
+	raw, err := set.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	store, err := c.db.CreateBucket(name, raw)
+	if err != nil {
+		return nil, err
+	}
+	b := c.register(store, set)
+	c.log.Info("bucket created", "by", who, "bucket", name, "limits", tenant.LimitsText(set.Reserved, set.HardLimit))
+	return b, nil
+}
+
+func (c *Catalog) register(store *engine.Bucket, set tenant.Settings) *Bucket {
+	b := &Bucket{name: store.Name(), store: store}
+	b.settings.Store(&set)
+	b.thr = c.throttle.Add(b.name, set.Reserved, set.HardLimit)
+	c.regMu.Lock()
+	c.reg[b.name] = b
+	c.regMu.Unlock()
+	return b
+}
+
+// Delete unregisters the named bucket, wakes its parked connections (they
+// find it deleted) and removes its data. An unknown name is
+// engine.ErrBucketNotFound.
+func (c *Catalog) Delete(name, who string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.regMu.Lock()
+	b, ok := c.reg[name]
+	delete(c.reg, name)
+	c.regMu.Unlock()
+	if ok {
+		b.deleted.Store(true)
+		c.throttle.Remove(b.thr)
+		b.WakeParked()
+	}
+	if err := c.db.DeleteBucket(name); err != nil {
+		return err
+	}
+	c.log.Info("bucket deleted", "by", who, "bucket", name)
+	return nil
+}
+
+// SetBucketSettings persists and applies a bucket's settings and logs the
+// change as made by who.
+func (c *Catalog) SetBucketSettings(b *Bucket, set tenant.Settings, who string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.setBucketLocked(b, set, who)
+}
+
+func (c *Catalog) setBucketLocked(b *Bucket, set tenant.Settings, who string) error {
+	if err := set.Validate(); err != nil {
+		return err
+	}
+	raw, err := set.MarshalJSON()
+	if err == nil {
+		err = c.db.SetBucketSettings(b.name, raw)
+	}
+	if err != nil {
+		return err
+	}
+	old := b.settings.Swap(&set)
+	c.throttle.SetLimits(b.thr, set.Reserved, set.HardLimit)
+	c.log.Info("bucket throttle changed", "by", who, "bucket", b.name,
+		"old", tenant.LimitsText(old.Reserved, old.HardLimit), "new", tenant.LimitsText(set.Reserved, set.HardLimit))
+	return nil
+}
+
+// Node returns the node throttle settings in force.
+func (c *Catalog) Node() tenant.NodeSettings {
+	def := c.defaults.Load()
+	return tenant.NodeSettings{Capacity: c.throttle.Capacity(), DefaultReserved: def.Reserved, DefaultHardLimit: def.HardLimit}
+}
+
+// SetNode persists the node settings, applies them (capacity at once, the
+// defaults to buckets created afterwards) and logs the change as made by who.
+func (c *Catalog) SetNode(n tenant.NodeSettings, who string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.setNodeLocked(n, who)
+}
+
+func (c *Catalog) setNodeLocked(n tenant.NodeSettings, who string) error {
+	raw, err := json.Marshal(n)
+	if err == nil {
+		err = c.db.PutMeta(nodeMetaKey, raw)
+	}
+	if err != nil {
+		return err
+	}
+	old := c.Node()
+	c.applyNode(n)
+	c.log.Info("node throttle changed", "by", who,
+		"old_capacity", old.Capacity, "new_capacity", n.Capacity,
+		"old_defaults", tenant.LimitsText(old.DefaultReserved, old.DefaultHardLimit),
+		"new_defaults", tenant.LimitsText(n.DefaultReserved, n.DefaultHardLimit))
+	return nil
+}
+
+func (c *Catalog) applyNode(n tenant.NodeSettings) {
+	def := c.Defaults()
+	def.Reserved, def.HardLimit = n.DefaultReserved, n.DefaultHardLimit
+	c.defaults.Store(&def)
+	c.throttle.SetCapacity(n.Capacity)
+}
+
+// loadNode applies node settings persisted by an earlier SetNode; they win
+// over the options' values.
+func (c *Catalog) loadNode() error {
+	raw, err := c.db.Meta(nodeMetaKey)
+	if errors.Is(err, engine.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var n tenant.NodeSettings
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return fmt.Errorf("catalog: persisted node settings: %w", err)
+	}
+	c.applyNode(n)
+	return nil
+}

@@ -1,0 +1,183 @@
+package catalog
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"kvd/engine"
+	"kvd/tenant"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+type fixture struct {
+	dir string
+	db  *engine.DB
+	cat *Catalog
+}
+
+func open(t *testing.T, dir string, defaults tenant.Settings) *fixture {
+	t.Helper()
+	db, err := engine.Open(engine.Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := Open(Options{DB: db, Throttle: tenant.NewThrottle(25000, t0), Defaults: defaults,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		_ = db.Close()
+		t.Fatal(err)
+	}
+	return &fixture{dir: dir, db: db, cat: cat}
+}
+
+func (f *fixture) reopen(t *testing.T, defaults tenant.Settings) *fixture {
+	t.Helper()
+	if err := f.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return open(t, f.dir, defaults)
+}
+
+var defaults = tenant.Settings{Reserved: 1666, HardLimit: tenant.Unlimited}
+
+func TestCreateDeletePersist(t *testing.T) {
+	f := open(t, t.TempDir(), defaults)
+	set := tenant.Settings{Reserved: 100, HardLimit: 200, MaxConcurrent: 3}
+	b, err := f.cat.Create("app", set, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Name() != "app" || b.Settings() != set || b.Throttle() == nil || b.Store() == nil {
+		t.Fatalf("bucket = %q %+v", b.Name(), b.Settings())
+	}
+	if _, err := f.cat.Create("app", set, "test"); !errors.Is(err, engine.ErrBucketExists) {
+		t.Fatalf("second create: %v, want ErrBucketExists", err)
+	}
+	if _, err := f.cat.Create("bad name!", set, "test"); !errors.Is(err, tenant.ErrInvalidBucketName) {
+		t.Fatalf("bad name: %v", err)
+	}
+	if _, err := f.cat.Create("x", tenant.Settings{Reserved: 5, HardLimit: 1}, "test"); !errors.Is(err, tenant.ErrInvalidSettings) {
+		t.Fatalf("bad settings: %v", err)
+	}
+	if _, err := f.cat.Create("other", defaults, "test"); err != nil {
+		t.Fatal(err)
+	}
+	f = f.reopen(t, defaults)
+	b, ok := f.cat.Get("app")
+	if !ok || b.Settings() != set {
+		t.Fatalf("after reopen: %v %+v", ok, b)
+	}
+	if got := f.cat.Names(func(string) bool { return true }); len(got) != 2 || got[0] != "app" || got[1] != "other" {
+		t.Fatalf("names = %v", got)
+	}
+	if err := f.cat.Delete("app", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Deleted() {
+		t.Fatal("deleted bucket not marked")
+	}
+	if err := f.cat.Delete("app", "test"); !errors.Is(err, engine.ErrBucketNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+	f = f.reopen(t, defaults)
+	if _, ok := f.cat.Get("app"); ok {
+		t.Fatal("deleted bucket came back")
+	}
+	_ = f.db.Close()
+}
+
+func TestNodeSettingsPersist(t *testing.T) {
+	f := open(t, t.TempDir(), defaults)
+	n := tenant.NodeSettings{Capacity: 900, DefaultReserved: 10, DefaultHardLimit: 20}
+	if err := f.cat.SetNode(n, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.cat.Node(); got != n {
+		t.Fatalf("node = %+v", got)
+	}
+	f = f.reopen(t, defaults)
+	if got := f.cat.Node(); got != n {
+		t.Fatalf("after reopen node = %+v, want %+v", got, n)
+	}
+	if d := f.cat.Defaults(); d.Reserved != 10 || d.HardLimit != 20 {
+		t.Fatalf("defaults = %+v", d)
+	}
+	_ = f.db.Close()
+}
+
+// TestApplyFileNewerWins: the file wins only where it changed since it was
+// last applied; run-time changes stand otherwise, across restarts.
+func TestApplyFileNewerWins(t *testing.T) {
+	f := open(t, t.TempDir(), defaults)
+	file := File{Node: tenant.NodeSettings{Capacity: 25000, DefaultReserved: 1666, DefaultHardLimit: -1},
+		Buckets: []Spec{{"a", tenant.Settings{Reserved: 10, HardLimit: 100}}, {"b", defaults}}}
+	if err := f.cat.ApplyFile(file, "config"); err != nil {
+		t.Fatal(err)
+	}
+	a, ok := f.cat.Get("a")
+	if !ok || a.Settings().HardLimit != 100 {
+		t.Fatal("file bucket not created")
+	}
+	// A run-time change to a, then the same file again: the change stands.
+	if err := f.cat.SetBucketSettings(a, tenant.Settings{Reserved: 10, HardLimit: 50}, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.cat.SetNode(tenant.NodeSettings{Capacity: 500, DefaultReserved: 1, DefaultHardLimit: -1}, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	f = f.reopen(t, defaults)
+	if err := f.cat.ApplyFile(file, "config"); err != nil {
+		t.Fatal(err)
+	}
+	a, _ = f.cat.Get("a")
+	if a.Settings().HardLimit != 50 || f.cat.Node().Capacity != 500 {
+		t.Fatalf("unchanged file overrode run-time changes: %+v %+v", a.Settings(), f.cat.Node())
+	}
+	// The file changes a's limit and the capacity: now the file wins.
+	file.Buckets[0].Settings.HardLimit = 70
+	file.Node.Capacity = 700
+	if err := f.cat.ApplyFile(file, "config"); err != nil {
+		t.Fatal(err)
+	}
+	if a.Settings().HardLimit != 70 || f.cat.Node().Capacity != 700 {
+		t.Fatalf("changed file did not win: %+v %+v", a.Settings(), f.cat.Node())
+	}
+	// Removing a bucket from the file keeps it.
+	file.Buckets = file.Buckets[1:]
+	if err := f.cat.ApplyFile(file, "config"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.cat.Get("a"); !ok {
+		t.Fatal("bucket dropped from the file was deleted")
+	}
+	_ = f.db.Close()
+}
+
+type waker struct{ n int }
+
+func (w *waker) Wake() { w.n++ }
+
+func TestParkedWakeOnceAndOnDelete(t *testing.T) {
+	f := open(t, t.TempDir(), defaults)
+	b, _ := f.cat.Create("p", defaults, "test")
+	w1, w2 := &waker{}, &waker{}
+	b.Park(w1)
+	b.Park(w2)
+	f.cat.WakeParked()
+	f.cat.WakeParked()
+	if w1.n != 1 || w2.n != 1 {
+		t.Fatalf("wakes = %d %d, want 1 1", w1.n, w2.n)
+	}
+	b.Park(w1)
+	if err := f.cat.Delete("p", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if w1.n != 2 {
+		t.Fatalf("delete did not wake the parked connection: %d", w1.n)
+	}
+	_ = f.db.Close()
+}

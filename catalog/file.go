@@ -1,0 +1,104 @@
+package catalog
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"kvd/engine"
+	"kvd/tenant"
+)
+
+// appliedMetaKey records the config-file values last applied, so that a file
+// edit made while kvd was stopped is told apart from a run-time change
+// (0x2a, 0x2c) made since: the newer one wins.
+const appliedMetaKey = "config_applied"
+
+// File is what the config file says about the catalog.
+type File struct {
+	Node    tenant.NodeSettings
+	Buckets []Spec
+}
+
+// Spec is a bucket the config file names, with its settings.
+type Spec struct {
+	Name     string
+	Settings tenant.Settings
+}
+
+// applied is what the config file said, last time it was applied.
+type applied struct {
+	Node    tenant.NodeSettings        `json:"node"`
+	Buckets map[string]json.RawMessage `json:"buckets"`
+}
+
+func appliedOf(f *File) (applied, error) {
+	a := applied{Node: f.Node, Buckets: make(map[string]json.RawMessage, len(f.Buckets))}
+	for _, b := range f.Buckets {
+		raw, err := b.Settings.MarshalJSON()
+		if err != nil {
+			return a, err
+		}
+		a.Buckets[b.Name] = raw
+	}
+	return a, nil
+}
+
+// ApplyFile makes the catalog follow the config file where the file changed
+// since it was last applied (or everywhere, the first time): node throttle,
+// bucket settings, new buckets. Values the file did not change keep their
+// run-time settings; buckets missing from the file keep their data. who
+// names the change in the log. On error nothing after the failing step is
+// applied.
+func (c *Catalog) ApplyFile(f File, who string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev, havePrev, err := c.loadApplied()
+	if err != nil {
+		return fmt.Errorf("catalog: %s: %w", appliedMetaKey, err)
+	}
+	want, err := appliedOf(&f)
+	if err != nil {
+		return err
+	}
+	if (!havePrev || want.Node != prev.Node) && want.Node != c.Node() {
+		if err := c.setNodeLocked(want.Node, who); err != nil {
+			return err
+		}
+	}
+	for _, spec := range f.Buckets {
+		if err := c.applySpecLocked(spec, prev.Buckets[spec.Name], want.Buckets[spec.Name], who); err != nil {
+			return fmt.Errorf("bucket %q: %w", spec.Name, err)
+		}
+	}
+	raw, err := json.Marshal(want)
+	if err != nil {
+		return err
+	}
+	return c.db.PutMeta(appliedMetaKey, raw)
+}
+
+func (c *Catalog) applySpecLocked(spec Spec, prev, want json.RawMessage, who string) error {
+	b, ok := c.Get(spec.Name)
+	if !ok {
+		_, err := c.createLocked(spec.Name, spec.Settings, who)
+		return err
+	}
+	if prev != nil && string(prev) == string(want) || reflect.DeepEqual(b.Settings(), spec.Settings) {
+		return nil // unchanged in the file, or already so: run-time changes stand
+	}
+	return c.setBucketLocked(b, spec.Settings, who)
+}
+
+func (c *Catalog) loadApplied() (applied, bool, error) {
+	var a applied
+	raw, err := c.db.Meta(appliedMetaKey)
+	if errors.Is(err, engine.ErrNotFound) {
+		return a, false, nil
+	}
+	if err == nil {
+		err = json.Unmarshal(raw, &a)
+	}
+	return a, err == nil, err
+}
