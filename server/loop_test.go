@@ -1,0 +1,234 @@
+package server
+
+import (
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"kvd/ingress"
+	mc "kvd/protocol/binary"
+	"kvd/tenant"
+)
+
+// fakeConn stands in for gnet.Conn: input is what the client sent and the
+// loop has not consumed, out is what the loop wrote, wakes counts Wake calls
+// (from workers and ticks).
+type fakeConn struct {
+	mu     sync.Mutex
+	in     []byte
+	out    []byte
+	closed bool
+	wakes  chan struct{}
+}
+
+func newFakeConn() *fakeConn { return &fakeConn{wakes: make(chan struct{}, 64)} }
+
+func (f *fakeConn) Peek(n int) ([]byte, error) {
+	if n > len(f.in) {
+		return f.in, io.ErrShortBuffer
+	}
+	return f.in[:n], nil
+}
+func (f *fakeConn) Discard(n int) (int, error)    { f.in = f.in[n:]; return n, nil }
+func (f *fakeConn) InboundBuffered() int          { return len(f.in) }
+func (f *fakeConn) OutboundBuffered() int         { return 0 }
+func (f *fakeConn) Write(b []byte) (int, error)   { f.out = append(f.out, b...); return len(b), nil }
+func (f *fakeConn) Wake(gnet.AsyncCallback) error { f.wakes <- struct{}{}; return nil }
+func (f *fakeConn) Close() error                  { f.closed = true; return nil }
+func (f *fakeConn) send(req *mc.Request)          { f.in = mc.AppendRequest(f.in, req) }
+func (f *fakeConn) waitWake(t *testing.T)         { t.Helper(); waitWake(t, f.wakes) }
+func (f *fakeConn) replies(t *testing.T) []mc.Response {
+	t.Helper()
+	var out []mc.Response
+	for buf := f.out; len(buf) > 0; {
+		var r mc.Response
+		n, err := mc.DecodeResponse(buf, 1<<20, &r)
+		if err != nil || n == 0 {
+			t.Fatalf("undecodable reply: %v", err)
+		}
+		out = append(out, r)
+		buf = buf[n:]
+	}
+	return out
+}
+
+func waitWake(t *testing.T, ch chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("connection never woken")
+	}
+}
+
+// fakeClock is the server's clock in these tests.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+func newClock() *fakeClock                   { return &fakeClock{t: time.Unix(1_800_000_000, 0)} }
+
+// newLoopServer is a Server with its workers but no gnet engine: the test
+// plays the event loop, calling onTraffic itself.
+func newLoopServer(t *testing.T, clk *fakeClock, mutate func(*Options)) *Server {
+	t.Helper()
+	opts := Options{
+		DataDir: t.TempDir(), DisableWALSync: true, Now: clk.now,
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		DefaultSettings: tenant.Settings{Reserved: tenant.Unlimited, HardLimit: tenant.Unlimited},
+		AnonymousBucket: "b",
+		Buckets:         []BucketSpec{{Name: "b", Settings: tenant.Settings{Reserved: tenant.Unlimited, HardLimit: tenant.Unlimited}}},
+	}
+	if mutate != nil {
+		mutate(&opts)
+	}
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.started = clk.now()
+	s.startWorkers()
+	t.Cleanup(func() { s.stopWorkers(); _ = s.Close() })
+	return s
+}
+
+func (s *Server) openFake(t *testing.T) (*conn, *fakeConn) {
+	f := newFakeConn()
+	c := newConn(s, f, "fake")
+	b, ok := s.cat.Get("b")
+	if !ok {
+		t.Fatal("bucket b missing")
+	}
+	c.selectBucket(b)
+	return c, f
+}
+
+func set(opaque uint32, key, value string) *mc.Request {
+	return &mc.Request{Opcode: mc.OpSet, Opaque: opaque, Key: []byte(key), Value: []byte(value), Extras: make([]byte, 8)}
+}
+
+func opaques(rs []mc.Response) []uint32 {
+	var out []uint32
+	for _, r := range rs {
+		out = append(out, r.Opaque)
+	}
+	return out
+}
+
+// TestLoopParksThrottledCommand: a command over the bucket's hard limit
+// parks (nothing is answered, the input is kept), the next tick wakes the
+// connection, and the command then runs, in order.
+func TestLoopParksThrottledCommand(t *testing.T) {
+	clk := newClock()
+	s := newLoopServer(t, clk, func(o *Options) {
+		o.Buckets[0].Settings = tenant.Settings{Reserved: 0, HardLimit: 1}
+	})
+	c, f := s.openFake(t)
+	f.send(set(1, "k1", "v"))
+	c.onTraffic()
+	f.waitWake(t)
+	c.onTraffic()
+	if got := opaques(f.replies(t)); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("replies after first SET: %v", got)
+	}
+	f.send(set(2, "k2", "v"))
+	c.onTraffic()
+	thr := c.bucket.Throttle().Stats()
+	if len(f.replies(t)) != 1 || f.InboundBuffered() == 0 || !c.parked.Load() || thr.Throttled != 1 {
+		t.Fatalf("second SET not parked: replies %d, input %d, parked %v, throttled %d",
+			len(f.replies(t)), f.InboundBuffered(), c.parked.Load(), thr.Throttled)
+	}
+	clk.advance(time.Second)
+	if !s.tick(clk.now()) {
+		t.Fatal("tick did not end the second")
+	}
+	f.waitWake(t) // the tick woke the parked connection
+	c.onTraffic()
+	f.waitWake(t) // the worker finished the SET
+	c.onTraffic()
+	rs := f.replies(t)
+	if got := opaques(rs); len(got) != 2 || got[1] != 2 || rs[1].Status != mc.StatusOK {
+		t.Fatalf("replies = %v (%v), want [1 2] both OK", got, rs[len(rs)-1].Status)
+	}
+	if w := c.bucket.Throttle().Stats().WaitUS; w < time.Second.Microseconds() {
+		t.Fatalf("throttle wait = %d µs, want the parked second", w)
+	}
+}
+
+// holdTicket takes the node's only ticket so that the next command queues.
+func holdTicket(t *testing.T, s *Server, now time.Time) ingress.Ticket {
+	t.Helper()
+	tk, d, _ := s.ingress.Acquire(ingress.Write, nil, now)
+	if d != ingress.Admitted {
+		t.Fatalf("could not take the ticket: %v", d)
+	}
+	return tk
+}
+
+// TestLoopReplyOrderAcrossQueuedContinuation: a SET that waits for a ticket
+// holds back the NOOP behind it; when the ticket frees, the SET runs on a
+// worker and its reply leaves before the NOOP's.
+func TestLoopReplyOrderAcrossQueuedContinuation(t *testing.T) {
+	clk := newClock()
+	s := newLoopServer(t, clk, func(o *Options) { o.Ingress.NodeTickets = 1 })
+	c, f := s.openFake(t)
+	held := holdTicket(t, s, clk.now())
+	f.send(set(1, "k", "v"))
+	f.send(&mc.Request{Opcode: mc.OpNoop, Opaque: 2})
+	c.onTraffic()
+	if len(f.out) != 0 || c.inflight == nil {
+		t.Fatalf("SET not queued: out %d bytes, inflight %v", len(f.out), c.inflight)
+	}
+	if q := s.ingress.Stats().Write.QueueLength; q != 1 {
+		t.Fatalf("write queue length = %d, want 1", q)
+	}
+	c.onTraffic() // a spurious pass answers nothing out of order
+	if len(f.out) != 0 {
+		t.Fatal("NOOP answered before the queued SET")
+	}
+	s.ingress.Release(held, clk.now()) // Granted: the SET goes to a worker
+	f.waitWake(t)
+	c.onTraffic()
+	if got := opaques(f.replies(t)); len(got) != 2 || got[0] != 1 || got[1] != 2 {
+		t.Fatalf("reply order = %v, want [1 2]", got)
+	}
+	if st := s.ingress.Stats().Write; st.Out != 0 || st.QueueLength != 0 {
+		t.Fatalf("tickets leaked: %+v", st)
+	}
+}
+
+// TestLoopDisconnectWhileQueued: closing a connection whose command waits
+// for a ticket takes it out of the queue (canceled, never run), and the
+// freed ticket wakes nobody.
+func TestLoopDisconnectWhileQueued(t *testing.T) {
+	clk := newClock()
+	s := newLoopServer(t, clk, func(o *Options) { o.Ingress.NodeTickets = 1 })
+	c, f := s.openFake(t)
+	held := holdTicket(t, s, clk.now())
+	f.send(set(1, "gone", "v"))
+	c.onTraffic()
+	c.close()
+	st := s.ingress.Stats().Write
+	if st.QueueLength != 0 || st.Canceled != 1 {
+		t.Fatalf("after close: queue %d canceled %d, want 0 and 1", st.QueueLength, st.Canceled)
+	}
+	s.ingress.Release(held, clk.now())
+	select {
+	case <-f.wakes:
+		t.Fatal("a closed connection's canceled command was woken")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if st := s.ingress.Stats().Write; st.Out != 0 || st.Started != st.Finished {
+		t.Fatalf("tickets leaked: %+v", st)
+	}
+	if b, _ := s.cat.Get("b"); b.Store().ItemCount() != 0 {
+		t.Fatal("the canceled SET was executed")
+	}
+}
