@@ -15,9 +15,10 @@
 //     command that expects to use pending units run?"; Add charges the units a command
 //     actually used after it succeeded; Tick ends the second, keeping usage above the
 //     limit as a debt for the next one.
-//   - Window is the one-second tick grid shared by all gauges of a node. The server's
-//     ticker calls Advance; the non-blocking throttle reply asks NextTickMicros for the
-//     {"next_tick_us": N} body.
+//   - Window is the one-second tick grid shared by all gauges of a node. Its owner
+//     (tenant.Throttle) calls Advance with the time the server passes to Throttle.Tick;
+//     nothing here reads the clock. The non-blocking throttle reply asks NextTickMicros
+//     for the {"next_tick_us": N} body.
 //   - FairShare divides a capacity among demands by max-min fairness (Doorman's
 //     FAIR_SHARE, water-filling), so a tenant gains nothing by opening more connections.
 //
@@ -43,8 +44,10 @@
 //
 // # Time
 //
-// Time is always an argument: nothing here reads the clock. Tests drive a fake clock; the
-// server's tick goroutine is the only caller that passes time.Now().
+// Time is always an argument: nothing here reads the clock. Tests drive a fake clock. In
+// kvd the time comes from the server's clock (Options.Now), read by its housekeeping
+// goroutine and by an event loop that finds a second over before housekeeping ticked it,
+// and reaches the Window through tenant.Throttle.Tick.
 //
 // # Concurrency
 //

@@ -1,29 +1,62 @@
 // Package server is kvd's network front end: it owns the gnet event loops, the
 // per-connection state, and the path every command takes from the wire to the
-// engine and back.
+// engine and back. The buckets themselves, their settings and the config
+// file's reconciliation belong to package catalog; the server holds a
+// *catalog.Catalog and never persists anything itself.
 //
-// # Path of a command
+// # Path of a command, file by file
 //
-// An event loop decodes a frame (package protocol/binary), authorizes it
-// against the connection's user and selected bucket, asks admission whether it
-// may run (the one hook for throttling and ingress is Server.admit), and then
-// either answers it on the loop (NOOP, HELLO, STAT, SELECT_BUCKET, …) or hands
-// it to a worker goroutine as part of a batch. A batch is the run of
-// consecutive data commands the loop could decode from one connection; the
-// worker executes them in order against the engine, makes the mutations
-// durable with one WAL sync, encodes the replies and wakes the loop, which
-// writes them with one write per pass.
+//  1. conn.go, the loop: OnTraffic → conn.onTraffic collects a finished
+//     batch, then serve peeks one frame at a time, decodes it (package
+//     protocol/binary), checks its frame infos and shape, and hands it to
+//     handle. Data commands pass precheck (bucket selected, not deleted,
+//     value size) and go to admission; other commands go to control.
+//  2. admit.go, admission: Server.admit asks the bucket's throttle (park on
+//     the loop, answer 0x0c in non-blocking mode, or 0x86 past
+//     max_throttle_wait_ms), then ingress for a ticket. An admitted GET of a
+//     resident item that is first in line is answered on the loop
+//     (serveResident); every other admitted command joins the batch being
+//     collected. A command that must wait for a ticket becomes a
+//     continuation: a batch of its own, queued in ingress, dispatched by
+//     whoever frees a ticket (Granted) or answered 0x86 (Expired).
+//  3. worker.go, the worker side: the loop's dispatch submits the batch to
+//     the worker pool; a worker executes the commands in order against the
+//     bucket's engine keyspace (exec), meters their units into the throttle
+//     (meter), makes the mutations durable with one WAL sync, releases the
+//     tickets and encodes the replies; then it hands the batch back to the
+//     connection (conn.finish) and wakes its loop.
+//  4. reply.go, replies: appendResult encodes a command's outcome (unit
+//     frames for ReportUnitUsage, XERROR JSON bodies); statusOf is the one
+//     place engine and tenant errors become protocol statuses.
+//  5. conn.go again: on the wake the loop appends the batch's replies to the
+//     pass's output, writes everything with one write, and goes on decoding.
+//
+// control.go answers the other commands (HELLO, SASL, SELECT_BUCKET, STAT,
+// the throttle and bucket admin commands); those that do I/O or slow work
+// run as a one-command batch on a worker, like data. stats.go gathers the
+// STAT groups, metrics.go the Prometheus figures; both are read at request
+// or scrape time from counters the data path keeps anyway. server.go wires
+// gnet, the housekeeping goroutine (throttle ticks, prober, idle sweep) and
+// shutdown; options.go and reload.go hold the options and their reload.
+//
+// A GET of a resident item: conn.go (serve, handle, precheck) → admit.go
+// (admit, checkThrottle, runOrCollect, serveResident) → reply.go
+// (appendMetered) → conn.go (one write). A synced SET: conn.go → admit.go
+// (admit, collectReq) → conn.go (dispatch) → worker.go (submit, run,
+// execBatch, exec, meter, SyncWAL, releaseTickets) → reply.go (appendResult)
+// → conn.go (finish, then collectDone and the write on the loop).
 //
 // # Invariants
 //
 //   - The loop never does disk I/O, never waits on a channel, and holds only
-//     short locks that are never held across I/O (the bucket registry, the
-//     connection hand-off mutex).
+//     short locks that are never held across I/O (the catalog's registry,
+//     the worker queue, a connection's hand-off mutex).
 //   - A connection has at most one batch in flight. While it is in flight the
 //     loop decodes nothing more from that connection: input waits in gnet's
 //     inbound buffer. Replies therefore leave in request order by
 //     construction, and a command always sees the effects of the commands sent
-//     before it on the same connection.
+//     before it on the same connection. It also bounds the worker queue: it
+//     never holds more batches than there are connections.
 //   - Everything a batch needs is copied out of gnet's buffer before the loop
 //     returns. While a batch is in flight the loop does not touch the
 //     connection fields the worker reads (features, bucket); results that
@@ -32,6 +65,7 @@
 //   - A mutation is acknowledged only after Engine SyncWAL returned for it
 //     (a no-op when wal_sync is off).
 //
-// Errors from engine and tenant are Go errors; statusOf is the one place they
-// become protocol statuses.
+// The loop's view of its gnet.Conn is the small netConn interface, so that
+// admission order, parking and reply order are tested inside the package with
+// a fake connection and a fake clock (loop_test.go).
 package server

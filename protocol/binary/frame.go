@@ -293,9 +293,6 @@ func bodyLen(alt bool, fi, ex, key, val []byte) int {
 // Response frame info ids kvd sends (Couchbase's numbering). Each carries a
 // big-endian u16; senders saturate larger values at 65535.
 const (
-	// FrameServerDuration is Couchbase's server recv→send time, encoded like
-	// FrameThrottleDuration. kvd does not send it today.
-	FrameServerDuration = 0
 	// FrameReadUnits is the read units (RU) the command was charged.
 	FrameReadUnits = 1
 	// FrameWriteUnits is the write units (WU) the command was charged.
@@ -378,7 +375,7 @@ func AppendFrameInfoUint16(dst []byte, id uint16, v uint16) []byte {
 var maxEncodedDuration = DecodeDuration(math.MaxUint16)
 
 // EncodeDuration encodes d in Couchbase's variable-precision u16 form, used by
-// FrameServerDuration and FrameThrottleDuration:
+// FrameThrottleDuration (and Couchbase's server-duration frame, id 0):
 //
 //	encoded = round((µs × 2) ^ (1 / 1.74))    decoded µs = encoded ^ 1.74 / 2
 //
