@@ -35,9 +35,11 @@ type PoolStats struct {
 	StaleReleases int64
 }
 
-// Stats are a Controller's figures: both pools, the node cap, and the prober.
+// Stats are a Controller's figures: both pools, the node cap, the memory budget and the
+// prober. Per-bucket figures come from Bucket.Stats.
 type Stats struct {
 	Read, Write, Node PoolStats
+	Memory            MemoryStats
 	Probe             probe.Stats
 }
 
@@ -46,9 +48,10 @@ func (c *Controller) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Stats{
-		Read:  c.pools[Read].statsLocked(),
-		Write: c.pools[Write].statsLocked(),
-		Probe: c.prober.Stats(),
+		Read:   c.pools[Read].statsLocked(),
+		Write:  c.pools[Write].statsLocked(),
+		Memory: c.mem.stats(),
+		Probe:  c.prober.Stats(),
 	}
 	s.Node = sumStats(s.Read, s.Write)
 	s.Node.Total = c.nodeTotal
@@ -58,7 +61,7 @@ func (c *Controller) Stats() Stats {
 
 func (p *pool) statsLocked() PoolStats {
 	s := p.st
-	s.Out, s.Total, s.QueueLength = int64(p.out), int64(p.size), int64(p.queue.n)
+	s.Out, s.Total, s.QueueLength = int64(p.out), int64(p.size), int64(p.queued)
 	s.Available = max(s.Total-s.Out, 0)
 	return s
 }
@@ -124,6 +127,12 @@ var probeFigures = [...]string{
 	"probe_read_total", "probe_write_total",
 }
 
+// memoryFigures are the memory budget's figure names, in Figures order.
+var memoryFigures = [...]string{
+	"memory_inflight_bytes", "memory_limit_bytes", "memory_peak_bytes",
+	"memory_waiting", "memory_waited", "memory_rejected",
+}
+
 // Figures calls fn once per figure, named as SPEC section 6 wants them for STAT
 // `ingress` and Prometheus, in a fixed order: the read pool's figures ("read_out",
 // "read_available", "read_total", "read_queue_length", "read_added_to_queue",
@@ -134,7 +143,9 @@ var probeFigures = [...]string{
 // the prober's ("probe_times_probed_stable", "probe_times_probed_up",
 // "probe_times_probed_down", "probe_times_increased", "probe_times_decreased",
 // "probe_total_amount_increased", "probe_total_amount_decreased", "probe_read_total",
-// "probe_write_total"). It does not allocate.
+// "probe_write_total"), then the memory budget's ("memory_inflight_bytes",
+// "memory_limit_bytes", "memory_peak_bytes", "memory_waiting", "memory_waited",
+// "memory_rejected"). It does not allocate.
 func (s Stats) Figures(fn func(name string, value int64)) {
 	for i, ps := range [...]*PoolStats{&s.Read, &s.Write, &s.Node} {
 		v := ps.values()
@@ -150,6 +161,72 @@ func (s Stats) Figures(fn func(name string, value int64)) {
 		int64(p.ReadTotal), int64(p.WriteTotal),
 	}
 	for i, name := range probeFigures {
+		fn(name, v[i])
+	}
+	m := s.Memory
+	mv := [len(memoryFigures)]int64{m.InflightBytes, m.LimitBytes, m.PeakBytes, m.Waiting, m.Waited, m.Rejected}
+	for i, name := range memoryFigures {
+		fn(name, mv[i])
+	}
+}
+
+// BucketStats are one bucket's admission figures (STAT bucket_details). Counters only
+// grow; InFlight, QueueLength and the limits are current values.
+type BucketStats struct {
+	// InFlight counts the bucket's normal commands holding a ticket, both pools;
+	// PeakInFlight is its highest value since the bucket was added.
+	InFlight, PeakInFlight int64
+	// QueueLength counts its commands waiting now, both pools. NumQueued counts those
+	// ever queued, Dequeued those that left the queue (granted, timed out, canceled,
+	// or answered because the bucket was removed): NumQueued = Dequeued + QueueLength.
+	QueueLength, NumQueued, Dequeued int64
+	// NumQueueFull counts commands refused because its queue or the node's was full;
+	// Rejected counts every refusal (queue full, TooLarge, removed, no Waiter).
+	NumQueueFull, Rejected int64
+	// NumTimedOut and Canceled count waiters expired by Tick and removed by Cancel.
+	NumTimedOut, Canceled int64
+	// QueueWaitTimeUS sums the time its waiters spent queued, in microseconds.
+	QueueWaitTimeUS int64
+	// Started and Finished count its normal tickets taken and released: Started =
+	// Finished + InFlight. ExemptStarted and ExemptFinished count its exempt tickets.
+	Started, Finished, ExemptStarted, ExemptFinished int64
+	// MaxConcurrent and MaxQueued are its limits (0: none); QueueTimeoutMS is the
+	// timeout its waiters get, its own or else the node's.
+	MaxConcurrent, MaxQueued, QueueTimeoutMS int64
+}
+
+// Stats returns a consistent snapshot of b's figures.
+func (b *Bucket) Stats() BucketStats {
+	b.c.mu.Lock()
+	defer b.c.mu.Unlock()
+	s := b.st
+	s.InFlight, s.QueueLength = int64(b.inFlight), int64(b.queued)
+	s.MaxConcurrent, s.MaxQueued = int64(b.limits.MaxConcurrent), int64(b.limits.MaxQueued)
+	s.QueueTimeoutMS = b.c.timeoutLocked(b).Milliseconds()
+	return s
+}
+
+// bucketFigures are the per-bucket figure names, in BucketStats.Figures order.
+var bucketFigures = [...]string{
+	"in_flight", "queue_length", "num_queued", "num_queue_full", "num_timed_out",
+	"queue_wait_time", "peak_in_flight", "max_concurrent", "max_queued", "queue_timeout_ms",
+	"num_dequeued", "num_rejected", "num_canceled", "started", "finished",
+	"exempt_started", "exempt_finished",
+}
+
+// Figures calls fn once per figure, named for STAT bucket_details and Prometheus, in
+// this order: "in_flight", "queue_length", "num_queued", "num_queue_full",
+// "num_timed_out", "queue_wait_time" (µs), "peak_in_flight", "max_concurrent",
+// "max_queued", "queue_timeout_ms", "num_dequeued", "num_rejected", "num_canceled",
+// "started", "finished", "exempt_started", "exempt_finished". It does not allocate.
+func (s BucketStats) Figures(fn func(name string, value int64)) {
+	v := [len(bucketFigures)]int64{
+		s.InFlight, s.QueueLength, s.NumQueued, s.NumQueueFull, s.NumTimedOut,
+		s.QueueWaitTimeUS, s.PeakInFlight, s.MaxConcurrent, s.MaxQueued, s.QueueTimeoutMS,
+		s.Dequeued, s.Rejected, s.Canceled, s.Started, s.Finished,
+		s.ExemptStarted, s.ExemptFinished,
+	}
+	for i, name := range bucketFigures {
 		fn(name, v[i])
 	}
 }

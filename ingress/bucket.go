@@ -1,0 +1,148 @@
+package ingress
+
+import (
+	"fmt"
+	"time"
+)
+
+// A Bucket is one tenant's share of the Controller: its limits (BucketLimits), its
+// wait queue in each pool, its recent use of each pool for fair dequeue, its read-size
+// estimate and its figures. The server makes one per bucket with AddBucket and passes
+// it to Acquire and StartExempt; a nil *Bucket stands for work of no bucket, which
+// shares the node's limits only.
+//
+// A Bucket's fields are guarded by its Controller's mutex; its methods are safe for
+// concurrent use.
+type Bucket struct {
+	c       *Controller
+	name    string
+	node    bool   // the Controller's stand-in for work of no bucket
+	deleted string // "bucket B was deleted"
+
+	// Guarded by c.mu.
+	limits      BucketLimits
+	full        string // "queue full, limit=L, queued=L in bucket B"
+	expired     string // "timed out after N ms in bucket B", for expiredFor
+	expiredFor  time.Duration
+	removed     bool
+	index       int               // in c.buckets
+	inFlight    int               // normal tickets held, both pools
+	queued      int               // waiters, both pools
+	q           [numPools]queue   // FIFO per pool
+	active      [numPools]int     // index in the pool's active list, -1 while q is empty
+	used        [numPools]float64 // tickets taken from the pool recently, aged by Tick
+	readEst     int64             // bytes a read is charged up front
+	queuedRemNS int64             // sub-microsecond remainder of QueueWaitTimeUS
+	st          BucketStats
+}
+
+func (b *Bucket) init(c *Controller, name string, l BucketLimits) {
+	b.c, b.name, b.readEst = c, name, DefaultReadEstimate
+	b.deleted = fmt.Sprintf("bucket %s was deleted", name)
+	b.active = [numPools]int{-1, -1}
+	b.setLimitsLocked(l)
+}
+
+func (b *Bucket) setLimitsLocked(l BucketLimits) {
+	b.limits = l
+	b.full = fullReason(l.MaxQueued, l.MaxQueued, b.name)
+	b.expiredFor = 0 // rebuilt on the next expiry
+}
+
+// Name returns the name given to AddBucket.
+func (b *Bucket) Name() string { return b.name }
+
+// capped reports whether the bucket holds as many tickets as its MaxConcurrent.
+func (b *Bucket) capped() bool {
+	return b.limits.MaxConcurrent > 0 && b.inFlight >= b.limits.MaxConcurrent
+}
+
+// AddBucket registers a bucket named name with limits l and returns its handle.
+// Names are only used in reasons and need not be unique.
+func (c *Controller) AddBucket(name string, l BucketLimits) (*Bucket, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	b := new(Bucket)
+	b.init(c, name, l)
+	c.mu.Lock()
+	b.index = len(c.buckets)
+	c.buckets = append(c.buckets, b)
+	c.mu.Unlock()
+	return b, nil
+}
+
+// SetBucketLimits changes b's limits at run time (a config edit or a control command).
+// Raising MaxConcurrent grants b's waiters at once, on the calling goroutine; lowering
+// it revokes nothing (b's commands in flight drain below it); lowering MaxQueued keeps
+// the waiters already queued. A new QueueTimeout applies to them from the next Tick.
+func (c *Controller) SetBucketLimits(b *Bucket, l BucketLimits, now time.Time) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	var granted chain
+	c.mu.Lock()
+	c.noteNowLocked(now)
+	b.setLimitsLocked(l)
+	c.pumpLocked(now, &granted)
+	c.mu.Unlock()
+	c.deliver(&granted)
+	return nil
+}
+
+// RemoveBucket retires b (its bucket was deleted): every waiter of b gets Expired with
+// "bucket B was deleted", on the calling goroutine, and later Acquires with b are
+// Rejected with the same reason. Tickets b's commands hold stay valid and are Released
+// as usual. Removing b twice, or nil, does nothing.
+func (c *Controller) RemoveBucket(b *Bucket, now time.Time) {
+	if b == nil || b.node {
+		return
+	}
+	var expired, granted chain
+	c.mu.Lock()
+	c.noteNowLocked(now)
+	if b.removed {
+		c.mu.Unlock()
+		return
+	}
+	b.removed = true
+	last := len(c.buckets) - 1
+	c.buckets[b.index] = c.buckets[last]
+	c.buckets[b.index].index = b.index
+	c.buckets[last] = nil
+	c.buckets = c.buckets[:last]
+	for i := range b.q {
+		for n := b.q[i].head; n != nil; n = b.q[i].head {
+			c.dequeueLocked(n, now)
+			c.pools[i].st.Expired++
+			n.reason = b.deleted
+			expired.pushBack(n)
+		}
+	}
+	c.pumpLocked(now, &granted) // the memory may have been held back for one of them
+	c.mu.Unlock()
+	c.deliver(&expired)
+	c.deliver(&granted)
+}
+
+// timeoutLocked returns how long b's commands may wait.
+func (c *Controller) timeoutLocked(b *Bucket) time.Duration {
+	if b.limits.QueueTimeout > 0 {
+		return b.limits.QueueTimeout
+	}
+	return c.limits.timeout
+}
+
+// expiredReasonLocked returns the reason given to b's waiters that timed out in pool:
+// the node's "timed out after N ms in the write queue" for work of no bucket, else
+// "timed out after N ms in bucket B", built again only when the timeout changed.
+func (c *Controller) expiredReasonLocked(b *Bucket, pool Pool) string {
+	if b.node {
+		return c.limits.expired[pool]
+	}
+	if d := c.timeoutLocked(b); d != b.expiredFor {
+		b.expiredFor = d
+		b.expired = fmt.Sprintf("timed out after %d ms in bucket %s", d.Milliseconds(), b.name)
+	}
+	return b.expired
+}
