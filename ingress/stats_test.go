@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -188,3 +189,54 @@ func BenchmarkStatsFigures(b *testing.B) {
 }
 
 var figureSink int64
+
+// BenchmarkAcquireReleaseBucket is the uncontended path with every feature on but not
+// binding: a bucket with limits, a memory budget, a write's bytes.
+func BenchmarkAcquireReleaseBucket(b *testing.B) {
+	c, err := New(Options{DisableProbe: true, MaxInflightBytes: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bk, err := c.AddBucket("b", BucketLimits{MaxConcurrent: 100, MaxQueued: 100, QueueTimeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := at(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		tk, d, _ := c.Acquire(Write, bk, nil, 512, now)
+		if d != Admitted {
+			b.Fatal(d)
+		}
+		c.Release(tk, now)
+	}
+}
+
+// BenchmarkChooseNext measures the choice of the next waiter, with buckets buckets
+// waiting in the write pool: the scan a grant pays under the lock.
+func BenchmarkChooseNext(b *testing.B) {
+	for _, buckets := range []int{1, 8, 64, 512} {
+		b.Run(fmt.Sprint(buckets), func(b *testing.B) {
+			c, err := New(Options{DisableProbe: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Resize(1, 1)
+			now := at(0)
+			c.Acquire(Write, nil, nil, 0, now)
+			for range buckets {
+				bk, _ := c.AddBucket("b", BucketLimits{})
+				c.Acquire(Write, bk, &handWaiter{c: c, now: now}, 0, now)
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.pools[Write].size = 2 // room, so that the write pool is scanned
+			b.ReportAllocs()
+			for b.Loop() {
+				if c.nextLocked() == nil {
+					b.Fatal("no waiter")
+				}
+			}
+		})
+	}
+}
