@@ -146,7 +146,8 @@ func (c *Controller) Acquire(pool Pool, b *Bucket, w Waiter, bytes int64, now ti
 	if bytes < 0 {
 		bytes = c.mem.clamp(b.readEst)
 	}
-	if !b.removed && c.mem.head == nil && b.q[pool].n == 0 && c.roomLocked(pool, b) && c.mem.fits(bytes) {
+	if !b.removed && !c.mem.tooLarge(bytes) && c.mem.head == nil && b.q[pool].n == 0 &&
+		c.roomLocked(pool, b) && c.mem.fits(bytes) {
 		return c.takeLocked(pool, b, bytes, kindAdmitted, now), Admitted, ""
 	}
 	if d, reason := c.refusalLocked(pool, b, w, bytes); d != Queued {
@@ -164,7 +165,7 @@ func (c *Controller) refusalLocked(pool Pool, b *Bucket, w Waiter, bytes int64) 
 	switch {
 	case b.removed:
 		return Rejected, b.deleted
-	case c.mem.limit > 0 && bytes > c.mem.limit:
+	case c.mem.tooLarge(bytes):
 		c.mem.rejected++
 		return TooLarge, fmt.Sprintf("value of %d bytes exceeds max_inflight_bytes=%d", bytes, c.mem.limit)
 	case c.limits.maxDepth == NoQueue || q >= c.limits.maxDepth:
@@ -340,6 +341,63 @@ func (c *Controller) takeLocked(pool Pool, b *Bucket, bytes int64, kind ticketKi
 	b.st.PeakInFlight = max(b.st.PeakInFlight, int64(b.inFlight))
 	b.used[pool]++
 	return Ticket{at: now, b: b, slot: slot, gen: gen, pool: pool, kind: kind}
+}
+
+// memory is the node's budget of value bytes held by normal commands in flight
+// (Options.MaxInflightBytes; Impala's memory admission). It is guarded by
+// Controller.mu.
+type memory struct {
+	limit    int64       // 0: no limit
+	inflight int64       // bytes charged to tickets in use
+	peak     int64       // highest inflight since start
+	head     *waiterNode // the waiter the memory is held back for, or nil
+	waiting  int64       // queued waiters that found their bytes short
+	waited   int64       // waiters that ever found their bytes short
+	rejected int64       // commands refused as TooLarge
+}
+
+// fits reports whether n more bytes stay within the limit. A command of no bytes
+// always fits, and so does a waiter larger than a limit lowered after it queued, once
+// nothing else is in flight (else it would hold everyone back until it timed out).
+func (m *memory) fits(n int64) bool {
+	return n == 0 || m.limit == 0 || m.inflight+n <= m.limit || m.inflight == 0
+}
+
+// tooLarge reports whether n bytes alone exceed the limit: Acquire's TooLarge.
+func (m *memory) tooLarge(n int64) bool {
+	return m.limit > 0 && n > m.limit
+}
+
+// clamp bounds a read's estimate by the limit, so that an estimate alone is never
+// TooLarge.
+func (m *memory) clamp(n int64) int64 {
+	if m.limit > 0 {
+		return min(n, m.limit)
+	}
+	return n
+}
+
+func (m *memory) add(n int64) {
+	m.inflight += n
+	m.peak = max(m.peak, m.inflight)
+}
+
+func (m *memory) markWaiting(n *waiterNode) {
+	if !n.memWait {
+		n.memWait = true
+		m.waiting++
+		m.waited++
+	}
+}
+
+// unmarkWaiting forgets n as it leaves its queue.
+func (m *memory) unmarkWaiting(n *waiterNode) {
+	if n.memWait {
+		m.waiting--
+	}
+	if m.head == n {
+		m.head = nil
+	}
 }
 
 // getLocked takes a free slot and marks it in use; the pool's out and peak grow.

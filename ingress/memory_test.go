@@ -214,3 +214,20 @@ func TestSetMaxInflightBytes(t *testing.T) {
 		t.Fatalf("memory %+v", m)
 	}
 }
+
+func TestMemoryLimitLoweredBelowWaiter(t *testing.T) {
+	// A waiter larger than the new budget runs alone once the node is idle, instead
+	// of holding everyone back until it times out.
+	c, ev := newTest(t, 8, 8, Options{MaxInflightBytes: 4 * mib})
+	h := acq(t, c, Write, nil, nil, 3*mib, at(0), Admitted)
+	acq(t, c, Write, nil, &recWaiter{name: "big", ev: ev}, 2*mib, at(1), Queued)
+	acq(t, c, Write, nil, &recWaiter{name: "small", ev: ev}, 1024, at(2), Queued)
+	if err := c.SetMaxInflightBytes(mib, at(3)); err != nil {
+		t.Fatal(err)
+	}
+	acq(t, c, Write, nil, &recWaiter{}, 2*mib, at(3), TooLarge) // new ones are refused
+	c.Release(h, at(4))
+	if got := ev.take(); got != "big:granted" {
+		t.Fatalf("events %q", got)
+	}
+}

@@ -66,6 +66,25 @@ func (p *pool) statsLocked() PoolStats {
 	return s
 }
 
+// MemoryStats are the memory budget's figures (STAT ingress memory_…).
+type MemoryStats struct {
+	// InflightBytes are the bytes charged to normal tickets in use; LimitBytes the
+	// budget (0: none); PeakBytes the highest InflightBytes since start.
+	InflightBytes, LimitBytes, PeakBytes int64
+	// Waiting counts queued commands that found their bytes short of the budget (now);
+	// Waited counts every command that ever did.
+	Waiting, Waited int64
+	// Rejected counts commands refused as TooLarge.
+	Rejected int64
+}
+
+func (m *memory) stats() MemoryStats {
+	return MemoryStats{
+		InflightBytes: m.inflight, LimitBytes: m.limit, PeakBytes: m.peak,
+		Waiting: m.waiting, Waited: m.waited, Rejected: m.rejected,
+	}
+}
+
 // sumStats adds two pools' figures field by field.
 func sumStats(a, b PoolStats) PoolStats {
 	av, bv := a.values(), b.values()

@@ -121,6 +121,23 @@ func (c *Controller) SetNodeTickets(n int64, now time.Time) error {
 	return nil
 }
 
+// SetMaxInflightBytes changes the memory budget at run time (0: none). Raising it
+// grants waiters at once, on the calling goroutine; lowering it revokes nothing: the
+// bytes in flight drain below it as commands end.
+func (c *Controller) SetMaxInflightBytes(n int64, now time.Time) error {
+	if err := validateInflightBytes(n); err != nil {
+		return err
+	}
+	var granted chain
+	c.mu.Lock()
+	c.noteNowLocked(now)
+	c.mem.limit = n
+	c.pumpLocked(now, &granted)
+	c.mu.Unlock()
+	c.deliver(&granted)
+	return nil
+}
+
 // SetQueueLimits changes the queue depth limit and timeout at run time (a config
 // edit). Waiters already queued stay queued even if the new depth is smaller; the new
 // timeout applies to them from the next Tick. Both are node-wide: MaxQueueDepth bounds
