@@ -242,12 +242,12 @@ func TestBucketFigures(t *testing.T) {
 	got := map[string]int64{}
 	b.Stats().Figures(func(name string, v int64) { names = append(names, name); got[name] = v })
 	want := "in_flight queue_length num_queued num_queue_full num_timed_out queue_wait_time peak_in_flight " +
-		"max_concurrent max_queued queue_timeout_ms num_dequeued num_rejected num_canceled started finished " +
+		"max_concurrent max_queued queue_timeout_ms num_dequeued num_ingress_rejected num_canceled tickets_started tickets_finished " +
 		"exempt_started exempt_finished"
 	if strings.Join(names, " ") != want {
 		t.Fatalf("names %v", names)
 	}
-	for k, v := range map[string]int64{"in_flight": 1, "peak_in_flight": 1, "started": 1, "max_concurrent": 3,
+	for k, v := range map[string]int64{"in_flight": 1, "peak_in_flight": 1, "tickets_started": 1, "max_concurrent": 3,
 		"max_queued": 4, "queue_timeout_ms": 250} {
 		if got[k] != v {
 			t.Errorf("%s = %d, want %d", k, got[k], v)

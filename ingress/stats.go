@@ -229,15 +229,17 @@ func (b *Bucket) Stats() BucketStats {
 var bucketFigures = [...]string{
 	"in_flight", "queue_length", "num_queued", "num_queue_full", "num_timed_out",
 	"queue_wait_time", "peak_in_flight", "max_concurrent", "max_queued", "queue_timeout_ms",
-	"num_dequeued", "num_rejected", "num_canceled", "started", "finished",
+	"num_dequeued", "num_ingress_rejected", "num_canceled", "tickets_started", "tickets_finished",
 	"exempt_started", "exempt_finished",
 }
 
 // Figures calls fn once per figure, named for STAT bucket_details and Prometheus, in
 // this order: "in_flight", "queue_length", "num_queued", "num_queue_full",
 // "num_timed_out", "queue_wait_time" (µs), "peak_in_flight", "max_concurrent",
-// "max_queued", "queue_timeout_ms", "num_dequeued", "num_rejected", "num_canceled",
-// "started", "finished", "exempt_started", "exempt_finished". It does not allocate.
+// "max_queued", "queue_timeout_ms", "num_dequeued", "num_ingress_rejected", "num_canceled",
+// "tickets_started", "tickets_finished", "exempt_started", "exempt_finished". It does not
+// allocate. (num_ingress_rejected and tickets_… keep clear of bucket_details' throttle
+// figures.)
 func (s BucketStats) Figures(fn func(name string, value int64)) {
 	v := [len(bucketFigures)]int64{
 		s.InFlight, s.QueueLength, s.NumQueued, s.NumQueueFull, s.NumTimedOut,
