@@ -44,6 +44,7 @@ func (b *Bucket) init(c *Controller, name string, l BucketLimits) {
 }
 
 func (b *Bucket) setLimitsLocked(l BucketLimits) {
+	l.MaxConcurrent, l.MaxQueued, l.QueueTimeout = max(l.MaxConcurrent, 0), max(l.MaxQueued, 0), max(l.QueueTimeout, 0)
 	b.limits = l
 	b.full = fullReason(l.MaxQueued, l.MaxQueued, b.name)
 	b.expiredFor = 0 // rebuilt on the next expiry
@@ -58,28 +59,24 @@ func (b *Bucket) capped() bool {
 }
 
 // AddBucket registers a bucket named name with limits l and returns its handle.
-// Names are only used in reasons and need not be unique.
-func (c *Controller) AddBucket(name string, l BucketLimits) (*Bucket, error) {
-	if err := l.Validate(); err != nil {
-		return nil, err
-	}
+// Names are only used in reasons and need not be unique. Negative limits count as zero
+// (no limit); l.Validate reports them.
+func (c *Controller) AddBucket(name string, l BucketLimits) *Bucket {
 	b := new(Bucket)
 	b.init(c, name, l)
 	c.mu.Lock()
 	b.index = len(c.buckets)
 	c.buckets = append(c.buckets, b)
 	c.mu.Unlock()
-	return b, nil
+	return b
 }
 
 // SetBucketLimits changes b's limits at run time (a config edit or a control command).
 // Raising MaxConcurrent grants b's waiters at once, on the calling goroutine; lowering
 // it revokes nothing (b's commands in flight drain below it); lowering MaxQueued keeps
 // the waiters already queued. A new QueueTimeout applies to them from the next Tick.
-func (c *Controller) SetBucketLimits(b *Bucket, l BucketLimits, now time.Time) error {
-	if err := l.Validate(); err != nil {
-		return err
-	}
+// Negative limits count as zero.
+func (c *Controller) SetBucketLimits(b *Bucket, l BucketLimits, now time.Time) {
 	var granted chain
 	c.mu.Lock()
 	c.noteNowLocked(now)
@@ -87,7 +84,6 @@ func (c *Controller) SetBucketLimits(b *Bucket, l BucketLimits, now time.Time) e
 	c.pumpLocked(now, &granted)
 	c.mu.Unlock()
 	c.deliver(&granted)
-	return nil
 }
 
 // RemoveBucket retires b (its bucket was deleted): every waiter of b gets Expired with

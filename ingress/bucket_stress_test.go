@@ -148,9 +148,7 @@ func (s *bucketStress) change(rng *rand.Rand) {
 		i := 2 + rng.IntN(len(s.slots)-2)
 		l := BucketLimits{MaxConcurrent: 1 + rng.IntN(stressMaxCap), MaxQueued: rng.IntN(6),
 			QueueTimeout: time.Duration(rng.IntN(4)) * time.Millisecond}
-		if err := s.c.SetBucketLimits(s.slots[i].Load().b, l, now); err != nil {
-			s.fail(err.Error())
-		}
+		s.c.SetBucketLimits(s.slots[i].Load().b, l, now)
 	case 2:
 		if err := s.c.SetMaxInflightBytes(int64(rng.IntN(3))*4000, now); err != nil {
 			s.fail(err.Error())
@@ -170,11 +168,7 @@ func (s *bucketStress) replace(rng *rand.Rand) {
 	if l.MaxConcurrent == 0 {
 		l.MaxConcurrent = 1 + rng.IntN(stressMaxCap)
 	}
-	nb, err := s.c.AddBucket("new", l)
-	if err != nil {
-		s.fail(err.Error())
-		return
-	}
+	nb := s.c.AddBucket("new", l)
 	s.slots[i].Store(&stressBucket{b: nb, fixedCap: old.fixedCap})
 	s.c.RemoveBucket(old.b, s.now())
 	s.mu.Lock()
@@ -199,10 +193,7 @@ func TestBucketStress(t *testing.T) {
 		if i >= 2 {
 			l = BucketLimits{MaxConcurrent: 1 + i%stressMaxCap, MaxQueued: 3}
 		}
-		b, err := c.AddBucket("b", l)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := c.AddBucket("b", l)
 		fixed := 0
 		if i < 2 {
 			fixed = l.MaxConcurrent

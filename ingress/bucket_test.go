@@ -9,11 +9,10 @@ import (
 
 func mustBucket(t *testing.T, c *Controller, name string, l BucketLimits) *Bucket {
 	t.Helper()
-	b, err := c.AddBucket(name, l)
-	if err != nil {
+	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return c.AddBucket(name, l)
 }
 
 // acq is Acquire for a bucket's command of bytes, failing unless the decision is want.
@@ -43,17 +42,27 @@ func checkBucket(t *testing.T, b *Bucket) BucketStats {
 }
 
 func TestBucketLimitsValidate(t *testing.T) {
-	c, _ := newTest(t, 4, 4, Options{})
-	for _, l := range []BucketLimits{{MaxConcurrent: -1}, {MaxQueued: -1}, {QueueTimeout: -time.Millisecond}} {
-		if _, err := c.AddBucket("x", l); !errors.Is(err, ErrInvalidOptions) {
-			t.Errorf("AddBucket(%+v) = %v", l, err)
+	for _, tc := range []struct {
+		l    BucketLimits
+		want string
+	}{
+		{BucketLimits{MaxConcurrent: -1}, "MaxConcurrent -1 < 0"},
+		{BucketLimits{MaxQueued: -2}, "MaxQueued -2 < 0"},
+		{BucketLimits{QueueTimeout: -time.Millisecond}, "QueueTimeout -1ms < 0"},
+	} {
+		if err := tc.l.Validate(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want %q", tc.l, err, tc.want)
 		}
 	}
-	b := mustBucket(t, c, "b", BucketLimits{})
-	if err := c.SetBucketLimits(b, BucketLimits{MaxQueued: -2}, at(0)); err == nil ||
-		!strings.Contains(err.Error(), "MaxQueued -2 < 0") {
-		t.Fatalf("SetBucketLimits: %v", err)
+	// AddBucket and SetBucketLimits take negative limits as none.
+	c, _ := newTest(t, 4, 4, Options{})
+	b := c.AddBucket("b", BucketLimits{MaxConcurrent: -1, MaxQueued: -1, QueueTimeout: -1})
+	if s := b.Stats(); s.MaxConcurrent != 0 || s.MaxQueued != 0 || s.QueueTimeoutMS != DefaultQueueTimeout.Milliseconds() {
+		t.Fatalf("stats %+v", s)
 	}
+	c.SetBucketLimits(b, BucketLimits{MaxConcurrent: -5}, at(0))
+	acq(t, c, Read, b, nil, 0, at(0), Admitted)
+	acq(t, c, Read, b, nil, 0, at(0), Admitted)
 }
 
 func TestBucketMaxConcurrent(t *testing.T) {
@@ -81,15 +90,11 @@ func TestBucketMaxConcurrent(t *testing.T) {
 		t.Fatalf("events %q", got)
 	}
 	// Raising the cap grants at once; lowering it revokes nothing.
-	if err := c.SetBucketLimits(a, BucketLimits{MaxConcurrent: 3}, at(6)); err != nil {
-		t.Fatal(err)
-	}
+	c.SetBucketLimits(a, BucketLimits{MaxConcurrent: 3}, at(6))
 	if got := ev.take(); got != "q2:granted" {
 		t.Fatalf("events %q", got)
 	}
-	if err := c.SetBucketLimits(a, BucketLimits{MaxConcurrent: 1}, at(7)); err != nil {
-		t.Fatal(err)
-	}
+	c.SetBucketLimits(a, BucketLimits{MaxConcurrent: 1}, at(7))
 	acq(t, c, Read, a, nil, 0, at(8), Rejected) // no waiter, no room
 	for _, tk := range []Ticket{w, q1.ticket, q2.ticket} {
 		c.Release(tk, at(9))
@@ -116,9 +121,7 @@ func TestBucketQueueLimits(t *testing.T) {
 	}
 	acq(t, c, Write, b2, &recWaiter{name: "c", ev: ev}, 0, at(1), Queued) // b2 has no limit
 	// Lowered below the queue, the reason says how many wait.
-	if err := c.SetBucketLimits(b1, BucketLimits{MaxQueued: 1, QueueTimeout: 5 * time.Millisecond}, at(1)); err != nil {
-		t.Fatal(err)
-	}
+	c.SetBucketLimits(b1, BucketLimits{MaxQueued: 1, QueueTimeout: 5 * time.Millisecond}, at(1))
 	if _, _, reason := c.Acquire(Write, b1, &recWaiter{}, 0, at(1)); reason != "queue full, limit=1, queued=2 in bucket b1" {
 		t.Fatalf("reason %q", reason)
 	}

@@ -243,9 +243,9 @@ func (c *Controller) releaseExemptLocked(p *pool, t Ticket) {
 	}
 }
 
-// Settle replaces the bytes charged for t (a read's estimate) with the real size of
-// its value, and teaches t's bucket its read size (a moving average, weight 1/8, used
-// as the next reads' estimate). Memory freed this way goes to waiters at once, on this
+// Settle replaces the bytes charged for t, a command acquired with Estimate (a read, or
+// a GAT), with the real size of its value, and teaches t's bucket that size (a moving
+// average, weight 1/8, used as the next estimate). Memory freed this way goes to waiters at once, on this
 // goroutine. Settling an exempt, stale or zero Ticket changes nothing.
 func (c *Controller) Settle(t Ticket, bytes int64, now time.Time) {
 	if t.pool >= numPools || t.kind == kindExempt || bytes < 0 {
@@ -261,9 +261,7 @@ func (c *Controller) Settle(t Ticket, bytes int64, now time.Time) {
 	old := p.charge[t.slot]
 	p.charge[t.slot] = bytes
 	c.mem.add(bytes - old)
-	if t.pool == Read {
-		t.b.readEst += (bytes - t.b.readEst) / 8
-	}
+	t.b.readEst += (bytes - t.b.readEst) / 8
 	var granted chain
 	if bytes < old {
 		c.pumpLocked(now, &granted)

@@ -11,7 +11,7 @@ import (
 // Errors returned by this package. Compare with errors.Is.
 var (
 	// ErrInvalidOptions is wrapped by Validate, New, SetNodeTickets, SetQueueLimits,
-	// SetMaxInflightBytes, AddBucket and SetBucketLimits; the message names the field.
+	// SetMaxInflightBytes and BucketLimits.Validate; the message names the field.
 	ErrInvalidOptions = errors.New("ingress: invalid options")
 )
 
@@ -138,7 +138,8 @@ type BucketLimits struct {
 	QueueTimeout time.Duration
 }
 
-// Validate reports a negative field, wrapping ErrInvalidOptions.
+// Validate reports a negative field, wrapping ErrInvalidOptions. (AddBucket and
+// SetBucketLimits take negative fields as zero.)
 func (l BucketLimits) Validate() error {
 	switch {
 	case l.MaxConcurrent < 0:

@@ -197,10 +197,7 @@ func BenchmarkAcquireReleaseBucket(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bk, err := c.AddBucket("b", BucketLimits{MaxConcurrent: 100, MaxQueued: 100, QueueTimeout: time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
+	bk := c.AddBucket("b", BucketLimits{MaxConcurrent: 100, MaxQueued: 100, QueueTimeout: time.Second})
 	now := at(0)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -225,7 +222,7 @@ func BenchmarkChooseNext(b *testing.B) {
 			now := at(0)
 			c.Acquire(Write, nil, nil, 0, now)
 			for range buckets {
-				bk, _ := c.AddBucket("b", BucketLimits{})
+				bk := c.AddBucket("b", BucketLimits{})
 				c.Acquire(Write, bk, &handWaiter{c: c, now: now}, 0, now)
 			}
 			c.mu.Lock()
