@@ -77,13 +77,7 @@ func (c *Controller) AddBucket(name string, l BucketLimits) *Bucket {
 // the waiters already queued. A new QueueTimeout applies to them from the next Tick.
 // Negative limits count as zero.
 func (c *Controller) SetBucketLimits(b *Bucket, l BucketLimits, now time.Time) {
-	var granted chain
-	c.mu.Lock()
-	c.noteNowLocked(now)
-	b.setLimitsLocked(l)
-	c.pumpLocked(now, &granted)
-	c.mu.Unlock()
-	c.deliver(&granted)
+	c.update(now, func() { b.setLimitsLocked(l) })
 }
 
 // RemoveBucket retires b (its bucket was deleted): every waiter of b gets Expired with
@@ -141,4 +135,67 @@ func (c *Controller) expiredReasonLocked(b *Bucket, pool Pool) string {
 		b.expired = fmt.Sprintf("timed out after %d ms in bucket %s", d.Milliseconds(), b.name)
 	}
 	return b.expired
+}
+
+// BucketStats are one bucket's admission figures (STAT bucket_details). Counters only
+// grow; InFlight, QueueLength and the limits are current values.
+type BucketStats struct {
+	// InFlight counts the bucket's normal commands holding a ticket, both pools;
+	// PeakInFlight is its highest value since the bucket was added.
+	InFlight, PeakInFlight int64
+	// QueueLength counts its commands waiting now, both pools. NumQueued counts those
+	// ever queued, Dequeued those that left the queue (granted, timed out, canceled,
+	// or answered because the bucket was removed): NumQueued = Dequeued + QueueLength.
+	QueueLength, NumQueued, Dequeued int64
+	// NumQueueFull counts commands refused because its queue or the node's was full;
+	// Rejected counts every refusal (queue full, TooLarge, removed, no Waiter).
+	NumQueueFull, Rejected int64
+	// NumTimedOut and Canceled count waiters expired by Tick and removed by Cancel.
+	NumTimedOut, Canceled int64
+	// QueueWaitTimeUS sums the time its waiters spent queued, in microseconds.
+	QueueWaitTimeUS int64
+	// Started and Finished count its normal tickets taken and released: Started =
+	// Finished + InFlight. ExemptStarted and ExemptFinished count its exempt tickets.
+	Started, Finished, ExemptStarted, ExemptFinished int64
+	// MaxConcurrent and MaxQueued are its limits (0: none); QueueTimeoutMS is the
+	// timeout its waiters get, its own or else the node's.
+	MaxConcurrent, MaxQueued, QueueTimeoutMS int64
+}
+
+// Stats returns a consistent snapshot of b's figures.
+func (b *Bucket) Stats() BucketStats {
+	b.c.mu.Lock()
+	defer b.c.mu.Unlock()
+	s := b.st
+	s.InFlight, s.QueueLength = int64(b.inFlight), int64(b.queued)
+	s.MaxConcurrent, s.MaxQueued = int64(b.limits.MaxConcurrent), int64(b.limits.MaxQueued)
+	s.QueueTimeoutMS = b.c.timeoutLocked(b).Milliseconds()
+	return s
+}
+
+// bucketFigures are the per-bucket figure names, in BucketStats.Figures order.
+var bucketFigures = [...]string{
+	"in_flight", "queue_length", "num_queued", "num_queue_full", "num_timed_out",
+	"queue_wait_time", "peak_in_flight", "max_concurrent", "max_queued", "queue_timeout_ms",
+	"num_dequeued", "num_ingress_rejected", "num_canceled", "tickets_started", "tickets_finished",
+	"exempt_started", "exempt_finished",
+}
+
+// Figures calls fn once per figure, named for STAT bucket_details and Prometheus, in
+// this order: "in_flight", "queue_length", "num_queued", "num_queue_full",
+// "num_timed_out", "queue_wait_time" (µs), "peak_in_flight", "max_concurrent",
+// "max_queued", "queue_timeout_ms", "num_dequeued", "num_ingress_rejected", "num_canceled",
+// "tickets_started", "tickets_finished", "exempt_started", "exempt_finished". It does not
+// allocate. (num_ingress_rejected and tickets_… keep clear of bucket_details' throttle
+// figures.)
+func (s BucketStats) Figures(fn func(name string, value int64)) {
+	v := [len(bucketFigures)]int64{
+		s.InFlight, s.QueueLength, s.NumQueued, s.NumQueueFull, s.NumTimedOut,
+		s.QueueWaitTimeUS, s.PeakInFlight, s.MaxConcurrent, s.MaxQueued, s.QueueTimeoutMS,
+		s.Dequeued, s.Rejected, s.Canceled, s.Started, s.Finished,
+		s.ExemptStarted, s.ExemptFinished,
+	}
+	for i, name := range bucketFigures {
+		fn(name, v[i])
+	}
 }

@@ -111,13 +111,7 @@ func (c *Controller) SetNodeTickets(n int64, now time.Time) error {
 	if err := validateNodeTickets(n); err != nil {
 		return err
 	}
-	var granted chain
-	c.mu.Lock()
-	c.noteNowLocked(now)
-	c.nodeTotal = n
-	c.pumpLocked(now, &granted)
-	c.mu.Unlock()
-	c.deliver(&granted)
+	c.update(now, func() { c.nodeTotal = n })
 	return nil
 }
 
@@ -128,13 +122,7 @@ func (c *Controller) SetMaxInflightBytes(n int64, now time.Time) error {
 	if err := validateInflightBytes(n); err != nil {
 		return err
 	}
-	var granted chain
-	c.mu.Lock()
-	c.noteNowLocked(now)
-	c.mem.limit = n
-	c.pumpLocked(now, &granted)
-	c.mu.Unlock()
-	c.deliver(&granted)
+	c.update(now, func() { c.mem.limit = n })
 	return nil
 }
 
@@ -159,10 +147,16 @@ func (c *Controller) SetQueueLimits(maxDepth int, timeout time.Duration) error {
 // SetFIFO turns fair dequeue off (true: one FIFO per pool across buckets) or back on
 // (false), at run time. Waiters already queued are served in the new order.
 func (c *Controller) SetFIFO(fifo bool, now time.Time) {
+	c.update(now, func() { c.fifo = fifo })
+}
+
+// update runs set under the lock, then grants what waiters can now run, on the
+// calling goroutine: the run-time setters that may make room.
+func (c *Controller) update(now time.Time, set func()) {
 	var granted chain
 	c.mu.Lock()
 	c.noteNowLocked(now)
-	c.fifo = fifo
+	set()
 	c.pumpLocked(now, &granted)
 	c.mu.Unlock()
 	c.deliver(&granted)
