@@ -9,48 +9,57 @@ import (
 )
 
 // A Controller admits commands into the read and write ticket pools under a node-wide
-// cap, queues those that find no ticket free, and sizes the pools with a prober.
+// ticket cap, per-bucket limits and a node-wide memory budget, queues those that must
+// wait in per-bucket queues, hands freed tickets on fairly, and sizes the pools with a
+// prober.
 //
-// Acquire takes a ticket or queues the command's Waiter; Release returns a ticket or
-// hands it straight to the first waiter that can use it; Cancel removes a waiter whose
-// client has gone; Tick, once per probe interval, expires waiters older than the queue
-// timeout and resizes the pools to the prober's answer. The package comment states the
-// invariants and the callback rules.
+// Acquire takes a ticket or queues the command's Waiter; Release returns a ticket and
+// its bytes, handing them straight to the next waiter that can use them; Settle corrects
+// a read's charged bytes; Cancel removes a waiter whose client has gone; Tick, once per
+// probe interval, expires waiters older than their queue timeout, ages the buckets'
+// recent use and resizes the pools. The package comment states the invariants and the
+// callback rules.
 //
 // A Controller is safe for concurrent use. Its mutex is held only briefly and never
 // across a Waiter callback.
 type Controller struct {
-	opts  Options   // as validated by New; the queue limits and node cap live under mu
+	opts  Options   // as validated by New; the settable limits live under mu
 	nodes sync.Pool // *waiterNode, recycled once their callback has been made
 
-	mu        sync.Mutex // guards every field below
+	mu        sync.Mutex // guards every field below and every Bucket's fields
 	pools     [numPools]pool
 	nodeTotal int64                  // the node cap (NodeTickets)
 	nodeOut   int64                  // normal tickets out, both pools
-	limits    queueLimits            // depth, timeout and their precomputed reasons
+	limits    queueLimits            // node depth, timeout and their precomputed reasons
+	mem       memory                 // the node's value-bytes budget
+	fifo      bool                   // fair dequeue off (Options.FIFO, SetFIFO)
+	node      Bucket                 // stands for work of no bucket (a nil *Bucket)
+	buckets   []*Bucket              // the named buckets, for Tick's ageing
 	waiting   map[Waiter]*waiterNode // every queued waiter, for Cancel
-	seq       uint64                 // enqueue order across both pools
+	seq       uint64                 // enqueue order across pools and buckets
 	prober    *probe.Prober
 	lastNow   time.Time // latest time any method was given; stamps Resize's grants
 }
 
 // pool is one ticket pool. Its fields are guarded by Controller.mu.
 type pool struct {
-	size  int      // current size (total); out may exceed it while a shrink converges
-	out   int      // normal tickets in use
-	peak  int      // highest out since the last Tick
-	slots []uint32 // generation per ticket slot: odd while the slot is in use
-	free  []int32  // indices of free slots
-	queue queue    // waiters, FIFO
-	st    PoolStats
+	size   int       // current size (total); out may exceed it while a shrink converges
+	out    int       // normal tickets in use
+	peak   int       // highest out since the last Tick
+	slots  []uint32  // generation per ticket slot: odd while the slot is in use
+	charge []int64   // bytes charged per slot while in use
+	free   []int32   // indices of free slots
+	queued int       // waiters of every bucket in this pool
+	active []*Bucket // buckets with at least one waiter in this pool, in no order
+	st     PoolStats
 	// Sub-microsecond remainders of the time totals, so that short commands add up.
 	procRemNS, queuedRemNS int64
 }
 
-// queueLimits are the queue settings and the reasons built from them once.
+// queueLimits are the node's queue settings and the reasons built from them once.
 type queueLimits struct {
-	maxDepth   int           // NoQueue or ≥ 0
-	timeout    time.Duration // > 0
+	maxDepth   int           // NoQueue or ≥ 0, per pool across buckets
+	timeout    time.Duration // > 0; a bucket may override it
 	fullReason string        // "queue full, limit=L, queued=L"
 	expired    [numPools]string
 	noTicket   [numPools]string // a nil Waiter found no ticket free
@@ -60,7 +69,7 @@ type queueLimits struct {
 func newQueueLimits(maxDepth int, timeout time.Duration) queueLimits {
 	l := queueLimits{maxDepth: maxDepth, timeout: timeout}
 	limit := max(maxDepth, 0)
-	l.fullReason = fullReason(limit, limit)
+	l.fullReason = fullReason(limit, limit, "")
 	for p := range numPools {
 		l.expired[p] = fmt.Sprintf("timed out after %d ms in the %s queue", timeout.Milliseconds(), p)
 		l.noTicket[p] = fmt.Sprintf("no ticket free in the %s pool", p)
@@ -69,8 +78,12 @@ func newQueueLimits(maxDepth int, timeout time.Duration) queueLimits {
 	return l
 }
 
-func fullReason(limit, queued int) string {
-	return fmt.Sprintf("queue full, limit=%d, queued=%d", limit, queued)
+// fullReason is the queue-full rejection; bucket is "" for the node's limit.
+func fullReason(limit, queued int, bucket string) string {
+	if bucket == "" {
+		return fmt.Sprintf("queue full, limit=%d, queued=%d", limit, queued)
+	}
+	return fmt.Sprintf("queue full, limit=%d, queued=%d in bucket %s", limit, queued, bucket)
 }
 
 // New returns a Controller whose pools start at the prober's initial sizes. Zero fields
@@ -88,9 +101,13 @@ func New(o Options) (*Controller, error) {
 		opts:      o,
 		nodeTotal: o.NodeTickets,
 		limits:    newQueueLimits(o.MaxQueueDepth, o.QueueTimeout),
+		mem:       memory{limit: o.MaxInflightBytes},
+		fifo:      o.FIFO,
 		waiting:   make(map[Waiter]*waiterNode),
 		prober:    pr,
 	}
+	c.node.init(c, "", BucketLimits{})
+	c.node.node = true
 	c.nodes.New = func() any { return new(waiterNode) }
 	r, w := pr.Sizes()
 	c.pools[Read].setSizeLocked(r)
@@ -98,64 +115,92 @@ func New(o Options) (*Controller, error) {
 	return c, nil
 }
 
-// Acquire tries to take a ticket from pool for one command.
+// Acquire tries to take a ticket from pool for one command of bucket b (nil for work
+// of no bucket) whose value holds bytes (Estimate for a read, whose size is not known
+// yet: see Settle).
 //
 //   - Admitted: t is valid; the caller runs the command and Releases t.
 //   - Queued: w is queued; it will get exactly one Granted or Expired call later, on
 //     another goroutine, unless Cancel(w) returns true first.
-//   - Rejected: reason says why: the queue is full ("queue full, limit=100000,
-//     queued=100000"), w is nil and no ticket is free, w is already queued, or pool is
-//     not a pool.
+//   - Rejected: reason says why: a queue is full ("queue full, limit=100000,
+//     queued=100000", or "queue full, limit=4, queued=4 in bucket b1"), b was removed
+//     ("bucket b1 was deleted"), w is nil and the command cannot run now, w is already
+//     queued, or pool is not a pool.
+//   - TooLarge: bytes alone exceed MaxInflightBytes ("value of N bytes exceeds
+//     max_inflight_bytes=M").
 //
-// A command is admitted only when its pool has room, the node cap has room and nobody
-// is queued ahead of it in its pool.
-func (c *Controller) Acquire(pool Pool, w Waiter, now time.Time) (t Ticket, d Decision, reason string) {
+// A command is admitted only when its pool, the node cap and its bucket's
+// MaxConcurrent have room, its bytes fit in the memory budget, no command of its
+// bucket waits in its pool, and no waiter is held back for memory. Otherwise it waits
+// in its bucket's queue of the pool.
+func (c *Controller) Acquire(pool Pool, b *Bucket, w Waiter, bytes int64, now time.Time) (t Ticket, d Decision, reason string) {
 	if pool >= numPools {
 		return Ticket{}, Rejected, "no such pool"
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.noteNowLocked(now)
-	p := &c.pools[pool]
-	if p.queue.n == 0 && p.out < p.size && c.nodeOut < c.nodeTotal {
-		return c.takeLocked(pool, kindAdmitted, now), Admitted, ""
+	if b == nil {
+		b = &c.node
 	}
-	if reason := c.refusalLocked(pool, w); reason != "" {
-		p.st.Rejected++
-		return Ticket{}, Rejected, reason
+	if bytes < 0 {
+		bytes = c.mem.clamp(b.readEst)
 	}
-	n := c.nodes.Get().(*waiterNode)
-	c.seq++
-	*n = waiterNode{w: w, at: now, seq: c.seq, pool: pool}
-	p.queue.pushBack(n)
-	c.waiting[w] = n
-	p.st.AddedToQueue++
+	if !b.removed && !c.mem.tooLarge(bytes) && c.mem.head == nil && b.q[pool].n == 0 &&
+		c.roomLocked(pool, b) && c.mem.fits(bytes) {
+		return c.takeLocked(pool, b, bytes, kindAdmitted, now), Admitted, ""
+	}
+	if d, reason := c.refusalLocked(pool, b, w, bytes); d != Queued {
+		c.pools[pool].st.Rejected++
+		b.st.Rejected++
+		return Ticket{}, d, reason
+	}
+	c.enqueueLocked(pool, b, w, bytes, now)
 	return Ticket{}, Queued, ""
 }
 
-// refusalLocked returns why w may not wait in pool's queue, or "".
-func (c *Controller) refusalLocked(pool Pool, w Waiter) string {
-	q := c.pools[pool].queue.n
+// refusalLocked returns why a command of b may not wait in pool's queue, or Queued.
+func (c *Controller) refusalLocked(pool Pool, b *Bucket, w Waiter, bytes int64) (Decision, string) {
+	q := c.pools[pool].queued
 	switch {
+	case b.removed:
+		return Rejected, b.deleted
+	case c.mem.tooLarge(bytes):
+		c.mem.rejected++
+		return TooLarge, fmt.Sprintf("value of %d bytes exceeds max_inflight_bytes=%d", bytes, c.mem.limit)
 	case c.limits.maxDepth == NoQueue || q >= c.limits.maxDepth:
+		b.st.NumQueueFull++
 		limit := max(c.limits.maxDepth, 0)
 		if q == limit {
-			return c.limits.fullReason
+			return Rejected, c.limits.fullReason
 		}
-		return fullReason(limit, q) // the limit was lowered below the queue: rare
+		return Rejected, fullReason(limit, q, "") // the limit was lowered below the queue: rare
+	case b.limits.MaxQueued > 0 && b.queued >= b.limits.MaxQueued:
+		b.st.NumQueueFull++
+		if b.queued == b.limits.MaxQueued {
+			return Rejected, b.full
+		}
+		return Rejected, fullReason(b.limits.MaxQueued, b.queued, b.name)
 	case w == nil:
-		return c.limits.noTicket[pool]
+		return Rejected, c.limits.noTicket[pool]
 	}
 	if _, dup := c.waiting[w]; dup {
-		return c.limits.dupWaiter[pool]
+		return Rejected, c.limits.dupWaiter[pool]
 	}
-	return ""
+	return Queued, ""
 }
 
-// Release ends the command that held t: the ticket goes back to its pool, or straight
-// to the first waiter that can use it (whose Granted is called on this goroutine before
-// Release returns). A ticket of a pool above its size after a shrink is not handed on.
-// Releasing a ticket twice, or a zero Ticket, changes nothing but the pool's
+// roomLocked reports whether pool, the node cap and b's MaxConcurrent have room for
+// one more ticket. Memory is checked apart.
+func (c *Controller) roomLocked(pool Pool, b *Bucket) bool {
+	p := &c.pools[pool]
+	return p.out < p.size && c.nodeOut < c.nodeTotal && !b.capped()
+}
+
+// Release ends the command that held t: the ticket and its bytes go back, or straight
+// to the next waiters that can use them (whose Granted is called on this goroutine
+// before Release returns). A ticket of a pool above its size after a shrink is not
+// handed on. Releasing a ticket twice, or a zero Ticket, changes nothing but the pool's
 // StaleReleases.
 func (c *Controller) Release(t Ticket, now time.Time) {
 	if t.pool >= numPools {
@@ -165,20 +210,20 @@ func (c *Controller) Release(t Ticket, now time.Time) {
 	c.noteNowLocked(now)
 	p := &c.pools[t.pool]
 	if t.kind == kindExempt {
-		if p.st.ExemptFinished < p.st.ExemptStarted {
-			p.st.ExemptFinished++
-		} else {
-			p.st.StaleReleases++
-		}
+		c.releaseExemptLocked(p, t)
 		c.mu.Unlock()
 		return
 	}
-	if !p.putLocked(t) {
+	bytes, ok := p.putLocked(t)
+	if !ok {
 		p.st.StaleReleases++
 		c.mu.Unlock()
 		return
 	}
 	c.nodeOut--
+	c.mem.inflight -= bytes
+	t.b.inFlight--
+	t.b.st.Finished++
 	p.st.Finished++
 	addDuration(&p.st.TotalTimeProcessingUS, &p.procRemNS, now.Sub(t.at))
 	var granted chain
@@ -187,11 +232,50 @@ func (c *Controller) Release(t Ticket, now time.Time) {
 	c.deliver(&granted)
 }
 
+func (c *Controller) releaseExemptLocked(p *pool, t Ticket) {
+	if p.st.ExemptFinished >= p.st.ExemptStarted {
+		p.st.StaleReleases++
+		return
+	}
+	p.st.ExemptFinished++
+	if t.b != nil && t.b.st.ExemptFinished < t.b.st.ExemptStarted {
+		t.b.st.ExemptFinished++
+	}
+}
+
+// Settle replaces the bytes charged for t, a command acquired with Estimate (a read, or
+// a GAT), with the real size of its value, and teaches t's bucket that size (a moving
+// average, weight 1/8, used as the next estimate). Memory freed this way goes to waiters at once, on this
+// goroutine. Settling an exempt, stale or zero Ticket changes nothing.
+func (c *Controller) Settle(t Ticket, bytes int64, now time.Time) {
+	if t.pool >= numPools || t.kind == kindExempt || bytes < 0 {
+		return
+	}
+	c.mu.Lock()
+	c.noteNowLocked(now)
+	p := &c.pools[t.pool]
+	if !p.inUseLocked(t) {
+		c.mu.Unlock()
+		return
+	}
+	old := p.charge[t.slot]
+	p.charge[t.slot] = bytes
+	c.mem.add(bytes - old)
+	t.b.readEst += (bytes - t.b.readEst) / 8
+	var granted chain
+	if bytes < old {
+		c.pumpLocked(now, &granted)
+	}
+	c.mu.Unlock()
+	c.deliver(&granted)
+}
+
 // Cancel removes w from its queue because its client has gone, and counts it as
 // canceled. It returns true if w was queued: then w gets no callback, ever. It returns
 // false if w was not queued: it was never queued, or it has already been (or is being,
 // or is about to be) Granted or Expired on another goroutine. After false, a Granted
-// ticket belongs to w, which must Release it. Handoff implements this rule.
+// ticket belongs to w, which must Release it. If w was the waiter the memory was held
+// back for, other waiters may be granted on this goroutine before Cancel returns.
 func (c *Controller) Cancel(w Waiter, now time.Time) bool {
 	c.mu.Lock()
 	c.noteNowLocked(now)
@@ -200,27 +284,38 @@ func (c *Controller) Cancel(w Waiter, now time.Time) bool {
 		c.mu.Unlock()
 		return false
 	}
-	p := &c.pools[n.pool]
+	held := c.mem.head == n
 	c.dequeueLocked(n, now)
-	p.st.Canceled++
+	c.pools[n.pool].st.Canceled++
+	n.b.st.Canceled++
+	var granted chain
+	if held {
+		c.pumpLocked(now, &granted)
+	}
 	c.mu.Unlock()
 	c.recycle(n)
+	c.deliver(&granted)
 	return true
 }
 
 // StartExempt returns a ticket for a command exempt from admission (not a data command,
-// or an Unthrottled connection). It never waits and takes no room; it is counted in the
-// pool's ExemptStarted and, when Released, ExemptFinished, but not in Finished, which
-// counts normal commands only (the prober's throughput, SPEC section 6).
-func (c *Controller) StartExempt(pool Pool, now time.Time) Ticket {
+// or an Unthrottled connection) of bucket b (nil for none). It never waits, takes no
+// room and is charged no bytes; it is counted in the pool's and the bucket's
+// ExemptStarted and, when Released, ExemptFinished, but not in Finished, which counts
+// normal commands only (the prober's throughput, SPEC section 6).
+func (c *Controller) StartExempt(pool Pool, b *Bucket, now time.Time) Ticket {
 	if pool >= numPools {
 		return Ticket{}
 	}
 	c.mu.Lock()
 	c.noteNowLocked(now)
+	if b == nil {
+		b = &c.node
+	}
 	c.pools[pool].st.ExemptStarted++
+	b.st.ExemptStarted++
 	c.mu.Unlock()
-	return Ticket{at: now, slot: -1, gen: 1, pool: pool, kind: kindExempt}
+	return Ticket{at: now, b: b, slot: -1, gen: 1, pool: pool, kind: kindExempt}
 }
 
 // noteNowLocked remembers the latest time seen, for Resize.
@@ -230,63 +325,77 @@ func (c *Controller) noteNowLocked(now time.Time) {
 	}
 }
 
-// takeLocked takes a normal ticket from pool; the caller checked the room.
-func (c *Controller) takeLocked(pool Pool, kind ticketKind, now time.Time) Ticket {
+// takeLocked takes a normal ticket from pool for a command of b holding bytes; the
+// caller checked the room.
+func (c *Controller) takeLocked(pool Pool, b *Bucket, bytes int64, kind ticketKind, now time.Time) Ticket {
 	p := &c.pools[pool]
 	slot, gen := p.getLocked()
+	p.charge[slot] = bytes
+	c.mem.add(bytes)
 	c.nodeOut++
 	p.st.Started++
-	return Ticket{at: now, slot: slot, gen: gen, pool: pool, kind: kind}
+	b.inFlight++
+	b.st.Started++
+	b.st.PeakInFlight = max(b.st.PeakInFlight, int64(b.inFlight))
+	b.used[pool]++
+	return Ticket{at: now, b: b, slot: slot, gen: gen, pool: pool, kind: kind}
 }
 
-// pumpLocked hands free tickets to waiters while the node cap has room: each time to
-// the earliest-queued waiter of a pool with room. Granted waiters leave the queue and
-// are appended to granted, whose callbacks the caller makes after unlocking.
-func (c *Controller) pumpLocked(now time.Time, granted *chain) {
-	for c.nodeOut < c.nodeTotal {
-		var next *waiterNode
-		for i := range c.pools {
-			p := &c.pools[i]
-			if h := p.queue.head; h != nil && p.out < p.size && (next == nil || h.seq < next.seq) {
-				next = h
-			}
-		}
-		if next == nil {
-			return
-		}
-		c.dequeueLocked(next, now)
-		next.ticket = c.takeLocked(next.pool, kindQueued, now)
-		granted.pushBack(next)
+// memory is the node's budget of value bytes held by normal commands in flight
+// (Options.MaxInflightBytes; Impala's memory admission). It is guarded by
+// Controller.mu.
+type memory struct {
+	limit    int64       // 0: no limit
+	inflight int64       // bytes charged to tickets in use
+	peak     int64       // highest inflight since start
+	head     *waiterNode // the waiter the memory is held back for, or nil
+	waiting  int64       // queued waiters that found their bytes short
+	waited   int64       // waiters that ever found their bytes short
+	rejected int64       // commands refused as TooLarge
+}
+
+// fits reports whether n more bytes stay within the limit. A command of no bytes
+// always fits, and so does a waiter larger than a limit lowered after it queued, once
+// nothing else is in flight (else it would hold everyone back until it timed out).
+func (m *memory) fits(n int64) bool {
+	return n == 0 || m.limit == 0 || m.inflight+n <= m.limit || m.inflight == 0
+}
+
+// tooLarge reports whether n bytes alone exceed the limit: Acquire's TooLarge.
+func (m *memory) tooLarge(n int64) bool {
+	return m.limit > 0 && n > m.limit
+}
+
+// clamp bounds a read's estimate by the limit, so that an estimate alone is never
+// TooLarge.
+func (m *memory) clamp(n int64) int64 {
+	if m.limit > 0 {
+		return min(n, m.limit)
+	}
+	return n
+}
+
+func (m *memory) add(n int64) {
+	m.inflight += n
+	m.peak = max(m.peak, m.inflight)
+}
+
+func (m *memory) markWaiting(n *waiterNode) {
+	if !n.memWait {
+		n.memWait = true
+		m.waiting++
+		m.waited++
 	}
 }
 
-// dequeueLocked removes n from its queue and from the index, counting its time queued.
-func (c *Controller) dequeueLocked(n *waiterNode, now time.Time) {
-	p := &c.pools[n.pool]
-	p.queue.remove(n)
-	delete(c.waiting, n.w)
-	p.st.RemovedFromQueue++
-	addDuration(&p.st.TotalTimeQueuedUS, &p.queuedRemNS, now.Sub(n.at))
-}
-
-// deliver makes the callbacks of a chain of granted or expired waiters, in order, with
-// no lock held, recycling each node first.
-func (c *Controller) deliver(ch *chain) {
-	for n := ch.head; n != nil; {
-		next, w, t, reason := n.next, n.w, n.ticket, n.reason
-		c.recycle(n)
-		if reason != "" {
-			w.Expired(reason)
-		} else {
-			w.Granted(t)
-		}
-		n = next
+// unmarkWaiting forgets n as it leaves its queue.
+func (m *memory) unmarkWaiting(n *waiterNode) {
+	if n.memWait {
+		m.waiting--
 	}
-}
-
-func (c *Controller) recycle(n *waiterNode) {
-	*n = waiterNode{}
-	c.nodes.Put(n)
+	if m.head == n {
+		m.head = nil
+	}
 }
 
 // getLocked takes a free slot and marks it in use; the pool's out and peak grow.
@@ -297,6 +406,7 @@ func (p *pool) getLocked() (slot int32, gen uint32) {
 	} else {
 		slot = int32(len(p.slots))
 		p.slots = append(p.slots, 0)
+		p.charge = append(p.charge, 0)
 	}
 	p.slots[slot]++ // even (free) → odd (in use)
 	p.out++
@@ -304,15 +414,22 @@ func (p *pool) getLocked() (slot int32, gen uint32) {
 	return slot, p.slots[slot]
 }
 
-// putLocked frees t's slot if t is the ticket in use there, and reports whether it was.
-func (p *pool) putLocked(t Ticket) bool {
-	if t.gen&1 == 0 || t.slot < 0 || int(t.slot) >= len(p.slots) || p.slots[t.slot] != t.gen {
-		return false
+// inUseLocked reports whether t is the ticket in use in its slot.
+func (p *pool) inUseLocked(t Ticket) bool {
+	return t.gen&1 == 1 && t.slot >= 0 && int(t.slot) < len(p.slots) && p.slots[t.slot] == t.gen
+}
+
+// putLocked frees t's slot if t is the ticket in use there, and returns the bytes it
+// was charged.
+func (p *pool) putLocked(t Ticket) (bytes int64, ok bool) {
+	if !p.inUseLocked(t) {
+		return 0, false
 	}
 	p.slots[t.slot]++ // odd → even: free, and every copy of t is now stale
+	bytes, p.charge[t.slot] = p.charge[t.slot], 0
 	p.free = append(p.free, t.slot)
 	p.out--
-	return true
+	return bytes, true
 }
 
 // setSizeLocked sets the pool's size and reserves slot room for it, so that taking a
@@ -321,6 +438,7 @@ func (p *pool) setSizeLocked(size int) {
 	p.size = max(size, 0)
 	if n := max(p.size, p.out); cap(p.slots) < n {
 		p.slots = append(make([]uint32, 0, n), p.slots...)
+		p.charge = append(make([]int64, 0, n), p.charge...)
 	}
 	if cap(p.free) < cap(p.slots) {
 		p.free = append(make([]int32, 0, cap(p.slots)), p.free...)

@@ -57,7 +57,7 @@ func newTest(t *testing.T, read, write int, o Options) (*Controller, *events) {
 
 func mustAcquire(t *testing.T, c *Controller, p Pool, w Waiter, now time.Time, want Decision) Ticket {
 	t.Helper()
-	tk, d, reason := c.Acquire(p, w, now)
+	tk, d, reason := c.Acquire(p, nil, w, 0, now)
 	if d != want {
 		t.Fatalf("Acquire(%v) = %v %q, want %v", p, d, reason, want)
 	}
@@ -256,7 +256,7 @@ func TestStaleReleases(t *testing.T) {
 		t.Fatalf("after stale releases %+v", s)
 	}
 	c.Release(b, at(0))
-	e := c.StartExempt(Write, at(0))
+	e := c.StartExempt(Write, nil, at(0))
 	c.Release(e, at(0))
 	c.Release(e, at(0))
 	s := c.Stats()
@@ -270,7 +270,7 @@ func TestExemptNeverWaits(t *testing.T) {
 	n := mustAcquire(t, c, Read, nil, at(0), Admitted)
 	var ex []Ticket
 	for range 3 {
-		e := c.StartExempt(Write, at(0))
+		e := c.StartExempt(Write, nil, at(0))
 		if !e.Valid() || !e.Exempt() || e.Pool() != Write {
 			t.Fatalf("exempt ticket %+v", e)
 		}

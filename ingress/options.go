@@ -10,8 +10,8 @@ import (
 
 // Errors returned by this package. Compare with errors.Is.
 var (
-	// ErrInvalidOptions is wrapped by Validate, New, SetNodeTickets and SetQueueLimits;
-	// the message names the field.
+	// ErrInvalidOptions is wrapped by Validate, New, SetNodeTickets, SetQueueLimits,
+	// SetMaxInflightBytes and BucketLimits.Validate; the message names the field.
 	ErrInvalidOptions = errors.New("ingress: invalid options")
 )
 
@@ -21,7 +21,15 @@ const (
 	DefaultNodeTickets   = 1_000_000
 	DefaultMaxQueueDepth = 100_000
 	DefaultQueueTimeout  = 10 * time.Second
+	// DefaultReadEstimate is what a read is charged against MaxInflightBytes before its
+	// bucket has settled any read (see Acquire and Settle).
+	DefaultReadEstimate = 1024
 )
+
+// Estimate as Acquire's bytes asks for the bucket's read estimate: the moving average
+// of the sizes its reads settled with (weight 1/8), DefaultReadEstimate before the
+// first. Settle replaces the estimate with the real size.
+const Estimate int64 = -1
 
 // NoQueue as Options.MaxQueueDepth means commands never wait: with no ticket free they
 // are rejected at once (the config file's max_queue_depth 0).
@@ -43,6 +51,15 @@ type Options struct {
 	// pools start at the prober's initial sizes. Set Probe.GOMAXPROCS to
 	// runtime.GOMAXPROCS(0): left at zero, the initial total is the floor, 2·Min.
 	Probe probe.Options
+	// MaxInflightBytes bounds the value bytes held by normal commands in flight, node
+	// wide (Impala's memory admission; the config's max_inflight_bytes). 0, the
+	// default, means no limit. SetMaxInflightBytes changes it at run time.
+	MaxInflightBytes int64
+	// FIFO turns fair dequeue off: a freed ticket goes to the earliest waiter of any
+	// bucket (one FIFO per pool across buckets) instead of the waiter of the bucket
+	// that used the least of the pool recently. For A/B measurements; SetFIFO changes
+	// it at run time.
+	FIFO bool
 	// DisableProbe keeps the pools at their initial sizes (or whatever Resize sets):
 	// Tick still expires waiters and resets the peaks but never runs the prober. For
 	// A/B measurements.
@@ -72,6 +89,9 @@ func (o *Options) Validate() error {
 	if err := validateQueue(o.MaxQueueDepth, o.QueueTimeout); err != nil {
 		return err
 	}
+	if err := validateInflightBytes(o.MaxInflightBytes); err != nil {
+		return err
+	}
 	if err := o.Probe.Validate(); err != nil {
 		return fmt.Errorf("%w: Probe: %w", ErrInvalidOptions, err)
 	}
@@ -85,12 +105,49 @@ func validateNodeTickets(n int64) error {
 	return nil
 }
 
+func validateInflightBytes(n int64) error {
+	if n < 0 {
+		return fmt.Errorf("%w: MaxInflightBytes %d < 0", ErrInvalidOptions, n)
+	}
+	return nil
+}
+
 func validateQueue(maxDepth int, timeout time.Duration) error {
 	if maxDepth < NoQueue {
 		return fmt.Errorf("%w: MaxQueueDepth %d < %d (NoQueue)", ErrInvalidOptions, maxDepth, NoQueue)
 	}
 	if timeout <= 0 {
 		return fmt.Errorf("%w: QueueTimeout %v <= 0", ErrInvalidOptions, timeout)
+	}
+	return nil
+}
+
+// BucketLimits are one bucket's admission limits (Impala's per-pool settings; the
+// bucket's max_concurrent, max_queued and queue_timeout_ms). Zero means no limit of
+// the bucket's own (the node's limits still apply) and, for QueueTimeout, the node's
+// timeout.
+type BucketLimits struct {
+	// MaxConcurrent bounds the bucket's normal commands holding a ticket, both pools
+	// together; the excess waits in the bucket's queues.
+	MaxConcurrent int
+	// MaxQueued bounds the bucket's waiting commands, both pools together; past it a
+	// command is Rejected with "queue full, limit=N, queued=N in bucket B".
+	MaxQueued int
+	// QueueTimeout is the longest one of the bucket's commands waits ("timed out after
+	// N ms in bucket B"); it overrides Options.QueueTimeout.
+	QueueTimeout time.Duration
+}
+
+// Validate reports a negative field, wrapping ErrInvalidOptions. (AddBucket and
+// SetBucketLimits take negative fields as zero.)
+func (l BucketLimits) Validate() error {
+	switch {
+	case l.MaxConcurrent < 0:
+		return fmt.Errorf("%w: MaxConcurrent %d < 0", ErrInvalidOptions, l.MaxConcurrent)
+	case l.MaxQueued < 0:
+		return fmt.Errorf("%w: MaxQueued %d < 0", ErrInvalidOptions, l.MaxQueued)
+	case l.QueueTimeout < 0:
+		return fmt.Errorf("%w: QueueTimeout %v < 0", ErrInvalidOptions, l.QueueTimeout)
 	}
 	return nil
 }
@@ -117,7 +174,7 @@ func (p Pool) String() string {
 	return fmt.Sprintf("Pool(%d)", uint8(p))
 }
 
-// Decision is Acquire's answer (and Handoff.Take's).
+// Decision is Acquire's answer.
 type Decision uint8
 
 const (
@@ -127,12 +184,12 @@ const (
 	Queued
 	// Rejected: the command may not run; the reason says why (SPEC: status 0x85).
 	Rejected
-	// TimedOut: the command waited longer than the queue timeout; only Handoff.Take
-	// returns it (Acquire's waiters learn it through Waiter.Expired). SPEC: 0x86.
-	TimedOut
+	// TooLarge: the command's value alone exceeds MaxInflightBytes and could never be
+	// admitted (SPEC: status 0x82, "value of N bytes exceeds max_inflight_bytes=M").
+	TooLarge
 )
 
-// String returns "admitted", "queued", "rejected" or "timed out".
+// String returns "admitted", "queued", "rejected" or "too large".
 func (d Decision) String() string {
 	switch d {
 	case Admitted:
@@ -141,24 +198,28 @@ func (d Decision) String() string {
 		return "queued"
 	case Rejected:
 		return "rejected"
-	case TimedOut:
-		return "timed out"
+	case TooLarge:
+		return "too large"
 	}
 	return fmt.Sprintf("Decision(%d)", uint8(d))
 }
 
 // Waiter is a queued command's continuation. The Controller calls exactly one of its
 // methods, once, for every Acquire that answered Queued and was not Cancelled (Cancel
-// returned true). Methods are called without any ingress lock held, from whichever
-// goroutine released the ticket, ran Tick, Resize or SetNodeTickets; they must not
+// returned true). Methods are called without any ingress lock held, never from inside
+// Acquire, but from whichever goroutine released or settled a ticket, or ran Tick,
+// Resize, SetNodeTickets, SetMaxInflightBytes, SetFIFO, SetBucketLimits, RemoveBucket
+// or Cancel (a Cancel can unblock the waiters held back for memory); they must not
 // block. A Waiter must be comparable (use a pointer): the Controller indexes queued
 // waiters by it, and one Waiter may be queued only once at a time.
 type Waiter interface {
 	// Granted hands the waiter a ticket. The waiter owns t from now on and must
 	// Release it when its command ends, even if its client has gone meanwhile.
 	Granted(t Ticket)
-	// Expired says the waiter waited too long and will never be granted; reason is the
-	// text for the client, e.g. "timed out after 10000 ms in the write queue".
+	// Expired says the waiter will never be granted; reason is the text for the
+	// client: it waited too long ("timed out after 10000 ms in the write queue",
+	// "timed out after 5 ms in bucket b1"), or its bucket was removed ("bucket b1 was
+	// deleted").
 	Expired(reason string)
 }
 
@@ -178,6 +239,7 @@ const (
 // as stale instead of freeing someone else's ticket.
 type Ticket struct {
 	at   time.Time  // when it was acquired or granted: processing time starts here
+	b    *Bucket    // the bucket it counts for (the Controller's own for node work)
 	slot int32      // index in the pool's slot table; unused for exempt tickets
 	gen  uint32     // the slot's generation when taken (odd); 0 in a zero Ticket
 	pool Pool       // the pool it belongs to
@@ -192,6 +254,14 @@ func (t Ticket) AcquiredAt() time.Time { return t.at }
 
 // Queued reports whether the ticket came through the queue (Waiter.Granted).
 func (t Ticket) Queued() bool { return t.kind == kindQueued }
+
+// Bucket returns the bucket the ticket was acquired for, nil for node-level work.
+func (t Ticket) Bucket() *Bucket {
+	if t.b == nil || t.b.node {
+		return nil
+	}
+	return t.b
+}
 
 // Exempt reports whether the ticket came from StartExempt.
 func (t Ticket) Exempt() bool { return t.kind == kindExempt }

@@ -24,7 +24,7 @@ func TestQueueFull(t *testing.T) {
 			for i := range tc.queued {
 				mustAcquire(t, c, Write, &recWaiter{name: fmt.Sprint(i), ev: ev}, at(0), Queued)
 			}
-			_, d, reason := c.Acquire(Write, &recWaiter{name: "late", ev: ev}, at(0))
+			_, d, reason := c.Acquire(Write, nil, &recWaiter{name: "late", ev: ev}, 0, at(0))
 			if d != Rejected || reason != tc.reason {
 				t.Fatalf("Acquire = %v %q, want rejected %q", d, reason, tc.reason)
 			}
@@ -53,7 +53,7 @@ func TestRejectReasons(t *testing.T) {
 		{Read, w, "waiter already queued in the read pool"},
 		{Pool(7), w, "no such pool"},
 	} {
-		if _, d, reason := c.Acquire(tc.pool, tc.w, at(0)); d != Rejected || reason != tc.reason {
+		if _, d, reason := c.Acquire(tc.pool, nil, tc.w, 0, at(0)); d != Rejected || reason != tc.reason {
 			t.Errorf("Acquire(%v, %v) = %v %q, want rejected %q", tc.pool, tc.w, d, reason, tc.reason)
 		}
 	}
@@ -64,7 +64,7 @@ func TestRejectReasons(t *testing.T) {
 	if err := c.SetQueueLimits(2, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, reason := c.Acquire(Read, &recWaiter{}, at(0)); reason != "queue full, limit=2, queued=4" {
+	if _, _, reason := c.Acquire(Read, nil, &recWaiter{}, 0, at(0)); reason != "queue full, limit=2, queued=4" {
 		t.Fatalf("reason %q", reason)
 	}
 	if err := c.SetQueueLimits(-5, time.Second); err == nil {

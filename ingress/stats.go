@@ -35,9 +35,11 @@ type PoolStats struct {
 	StaleReleases int64
 }
 
-// Stats are a Controller's figures: both pools, the node cap, and the prober.
+// Stats are a Controller's figures: both pools, the node cap, the memory budget and the
+// prober. Per-bucket figures come from Bucket.Stats.
 type Stats struct {
 	Read, Write, Node PoolStats
+	Memory            MemoryStats
 	Probe             probe.Stats
 }
 
@@ -46,9 +48,10 @@ func (c *Controller) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Stats{
-		Read:  c.pools[Read].statsLocked(),
-		Write: c.pools[Write].statsLocked(),
-		Probe: c.prober.Stats(),
+		Read:   c.pools[Read].statsLocked(),
+		Write:  c.pools[Write].statsLocked(),
+		Memory: c.mem.stats(),
+		Probe:  c.prober.Stats(),
 	}
 	s.Node = sumStats(s.Read, s.Write)
 	s.Node.Total = c.nodeTotal
@@ -58,9 +61,28 @@ func (c *Controller) Stats() Stats {
 
 func (p *pool) statsLocked() PoolStats {
 	s := p.st
-	s.Out, s.Total, s.QueueLength = int64(p.out), int64(p.size), int64(p.queue.n)
+	s.Out, s.Total, s.QueueLength = int64(p.out), int64(p.size), int64(p.queued)
 	s.Available = max(s.Total-s.Out, 0)
 	return s
+}
+
+// MemoryStats are the memory budget's figures (STAT ingress memory_…).
+type MemoryStats struct {
+	// InflightBytes are the bytes charged to normal tickets in use; LimitBytes the
+	// budget (0: none); PeakBytes the highest InflightBytes since start.
+	InflightBytes, LimitBytes, PeakBytes int64
+	// Waiting counts queued commands that found their bytes short of the budget (now);
+	// Waited counts every command that ever did.
+	Waiting, Waited int64
+	// Rejected counts commands refused as TooLarge.
+	Rejected int64
+}
+
+func (m *memory) stats() MemoryStats {
+	return MemoryStats{
+		InflightBytes: m.inflight, LimitBytes: m.limit, PeakBytes: m.peak,
+		Waiting: m.waiting, Waited: m.waited, Rejected: m.rejected,
+	}
 }
 
 // sumStats adds two pools' figures field by field.
@@ -124,6 +146,12 @@ var probeFigures = [...]string{
 	"probe_read_total", "probe_write_total",
 }
 
+// memoryFigures are the memory budget's figure names, in Figures order.
+var memoryFigures = [...]string{
+	"memory_inflight_bytes", "memory_limit_bytes", "memory_peak_bytes",
+	"memory_waiting", "memory_waited", "memory_rejected",
+}
+
 // Figures calls fn once per figure, named as SPEC section 6 wants them for STAT
 // `ingress` and Prometheus, in a fixed order: the read pool's figures ("read_out",
 // "read_available", "read_total", "read_queue_length", "read_added_to_queue",
@@ -134,7 +162,9 @@ var probeFigures = [...]string{
 // the prober's ("probe_times_probed_stable", "probe_times_probed_up",
 // "probe_times_probed_down", "probe_times_increased", "probe_times_decreased",
 // "probe_total_amount_increased", "probe_total_amount_decreased", "probe_read_total",
-// "probe_write_total"). It does not allocate.
+// "probe_write_total"), then the memory budget's ("memory_inflight_bytes",
+// "memory_limit_bytes", "memory_peak_bytes", "memory_waiting", "memory_waited",
+// "memory_rejected"). It does not allocate.
 func (s Stats) Figures(fn func(name string, value int64)) {
 	for i, ps := range [...]*PoolStats{&s.Read, &s.Write, &s.Node} {
 		v := ps.values()
@@ -151,5 +181,10 @@ func (s Stats) Figures(fn func(name string, value int64)) {
 	}
 	for i, name := range probeFigures {
 		fn(name, v[i])
+	}
+	m := s.Memory
+	mv := [len(memoryFigures)]int64{m.InflightBytes, m.LimitBytes, m.PeakBytes, m.Waiting, m.Waited, m.Rejected}
+	for i, name := range memoryFigures {
+		fn(name, mv[i])
 	}
 }

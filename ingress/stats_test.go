@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -14,7 +15,7 @@ func TestFiguresNamesAndOrder(t *testing.T) {
 	tk := mustAcquire(t, c, Read, nil, at(0), Admitted)
 	mustAcquire(t, c, Read, &recWaiter{name: "a", ev: ev}, at(0), Queued)
 	c.Release(tk, at(time.Millisecond))
-	c.StartExempt(Write, at(0))
+	c.StartExempt(Write, nil, at(0))
 	var names []string
 	got := map[string]int64{}
 	c.Stats().Figures(func(name string, v int64) {
@@ -33,7 +34,9 @@ func TestFiguresNamesAndOrder(t *testing.T) {
 	}
 	want = append(want, "probe_times_probed_stable", "probe_times_probed_up", "probe_times_probed_down",
 		"probe_times_increased", "probe_times_decreased", "probe_total_amount_increased",
-		"probe_total_amount_decreased", "probe_read_total", "probe_write_total")
+		"probe_total_amount_decreased", "probe_read_total", "probe_write_total",
+		"memory_inflight_bytes", "memory_limit_bytes", "memory_peak_bytes", "memory_waiting",
+		"memory_waited", "memory_rejected")
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("names\n got %v\nwant %v", names, want)
 	}
@@ -67,7 +70,7 @@ func TestAcquireReleaseDoNotAllocate(t *testing.T) {
 	c, _ := newTest(t, 4, 4, Options{})
 	now := at(0)
 	n := testing.AllocsPerRun(1000, func() {
-		tk, d, _ := c.Acquire(Write, nil, now)
+		tk, d, _ := c.Acquire(Write, nil, nil, 0, now)
 		if d != Admitted {
 			t.Fatal(d)
 		}
@@ -76,14 +79,14 @@ func TestAcquireReleaseDoNotAllocate(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("Acquire+Release (admitted): %v allocations", n)
 	}
-	e := testing.AllocsPerRun(1000, func() { c.Release(c.StartExempt(Read, now), now) })
+	e := testing.AllocsPerRun(1000, func() { c.Release(c.StartExempt(Read, nil, now), now) })
 	if e != 0 {
 		t.Fatalf("StartExempt+Release: %v allocations", e)
 	}
 	// Rejections use precomputed reasons.
 	held := mustAcquire(t, c, Read, nil, now, Admitted)
 	c.Resize(1, 4)
-	r := testing.AllocsPerRun(1000, func() { c.Acquire(Read, nil, now) })
+	r := testing.AllocsPerRun(1000, func() { c.Acquire(Read, nil, nil, 0, now) })
 	if r != 0 {
 		t.Fatalf("Acquire (rejected): %v allocations", r)
 	}
@@ -106,8 +109,8 @@ func TestQueuedPathReusesNodes(t *testing.T) {
 	now := at(0)
 	w := &handWaiter{c: c, now: now}
 	cycle := func() {
-		tk, _, _ := c.Acquire(Write, nil, now)
-		if _, d, _ := c.Acquire(Write, w, now); d != Queued {
+		tk, _, _ := c.Acquire(Write, nil, nil, 0, now)
+		if _, d, _ := c.Acquire(Write, nil, w, 0, now); d != Queued {
 			t.Fatal(d)
 		}
 		c.Release(tk, now) // grants w, which releases at once
@@ -132,7 +135,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	now := at(0)
 	b.ReportAllocs()
 	for b.Loop() {
-		tk, _, _ := c.Acquire(Read, nil, now)
+		tk, _, _ := c.Acquire(Read, nil, nil, 0, now)
 		c.Release(tk, now)
 	}
 }
@@ -148,7 +151,7 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			tk, d, _ := c.Acquire(Write, nil, now)
+			tk, d, _ := c.Acquire(Write, nil, nil, 0, now)
 			if d != Admitted {
 				b.Error(d)
 				return
@@ -168,8 +171,8 @@ func BenchmarkQueuedGrant(b *testing.B) {
 	w := &handWaiter{c: c, now: now}
 	b.ReportAllocs()
 	for b.Loop() {
-		tk, _, _ := c.Acquire(Write, nil, now)
-		c.Acquire(Write, w, now)
+		tk, _, _ := c.Acquire(Write, nil, nil, 0, now)
+		c.Acquire(Write, nil, w, 0, now)
 		c.Release(tk, now)
 	}
 }
@@ -186,3 +189,51 @@ func BenchmarkStatsFigures(b *testing.B) {
 }
 
 var figureSink int64
+
+// BenchmarkAcquireReleaseBucket is the uncontended path with every feature on but not
+// binding: a bucket with limits, a memory budget, a write's bytes.
+func BenchmarkAcquireReleaseBucket(b *testing.B) {
+	c, err := New(Options{DisableProbe: true, MaxInflightBytes: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bk := c.AddBucket("b", BucketLimits{MaxConcurrent: 100, MaxQueued: 100, QueueTimeout: time.Second})
+	now := at(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		tk, d, _ := c.Acquire(Write, bk, nil, 512, now)
+		if d != Admitted {
+			b.Fatal(d)
+		}
+		c.Release(tk, now)
+	}
+}
+
+// BenchmarkChooseNext measures the choice of the next waiter, with buckets buckets
+// waiting in the write pool: the scan a grant pays under the lock.
+func BenchmarkChooseNext(b *testing.B) {
+	for _, buckets := range []int{1, 8, 64, 512} {
+		b.Run(fmt.Sprint(buckets), func(b *testing.B) {
+			c, err := New(Options{DisableProbe: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Resize(1, 1)
+			now := at(0)
+			c.Acquire(Write, nil, nil, 0, now)
+			for range buckets {
+				bk := c.AddBucket("b", BucketLimits{})
+				c.Acquire(Write, bk, &handWaiter{c: c, now: now}, 0, now)
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.pools[Write].size = 2 // room, so that the write pool is scanned
+			b.ReportAllocs()
+			for b.Loop() {
+				if c.nextLocked() == nil {
+					b.Fatal("no waiter")
+				}
+			}
+		})
+	}
+}

@@ -79,7 +79,7 @@ func (s *stress) worker(id, commands int) {
 	done := make(chan *stressWaiter, 1)
 	for range commands {
 		w := &stressWaiter{s: s, done: done}
-		t, d, _ := s.c.Acquire(Pool(rng.IntN(2)), w, s.now())
+		t, d, _ := s.c.Acquire(Pool(rng.IntN(2)), nil, w, 0, s.now())
 		switch d {
 		case Rejected:
 			s.rejected.Add(1)

@@ -9,13 +9,16 @@ import (
 // Tick is the Controller's periodic step; the server calls it every probe interval
 // (100 ms). In order, it
 //
-//  1. expires every waiter that has waited longer than the queue timeout (Expired is
-//     called with "timed out after N ms in the <pool> queue", N the timeout);
-//  2. feeds the prober a probe.Sample: normal commands finished so far in both pools
+//  1. expires every waiter that has waited longer than its queue timeout, its bucket's
+//     or else the node's (Expired is called with "timed out after N ms in bucket B", or
+//     "timed out after N ms in the <pool> queue" for work of no bucket);
+//  2. halves every bucket's recent use of each pool (fair dequeue's measure), so that
+//     what a bucket used a second ago weighs about 1/1000 of what it uses now;
+//  3. feeds the prober a probe.Sample: normal commands finished so far in both pools
 //     and each pool's peak use since the previous Tick; peaks then restart from the
 //     current use, since tickets still held stay in use;
-//  3. resizes the pools to the prober's answer, granting waiters at once if they grow
-//     (unless Options.DisableProbe, in which case steps 2 and 3 only restart the peaks).
+//  4. resizes the pools to the prober's answer (unless Options.DisableProbe, in which
+//     case steps 3 and 4 only restart the peaks) and grants what waiters can run.
 //
 // Callbacks are made on the calling goroutine after the lock is released.
 func (c *Controller) Tick(now time.Time) {
@@ -23,6 +26,7 @@ func (c *Controller) Tick(now time.Time) {
 	c.mu.Lock()
 	c.noteNowLocked(now)
 	c.expireLocked(now, &expired)
+	c.ageLocked()
 	s := probe.Sample{
 		Now:       now,
 		Finished:  c.pools[Read].st.Finished + c.pools[Write].st.Finished,
@@ -34,25 +38,49 @@ func (c *Controller) Tick(now time.Time) {
 	}
 	if !c.opts.DisableProbe {
 		r, w := c.prober.Probe(s)
-		c.resizeLocked(r, w, now, &granted)
+		c.pools[Read].setSizeLocked(r)
+		c.pools[Write].setSizeLocked(w)
 	}
+	c.pumpLocked(now, &granted)
 	c.mu.Unlock()
 	c.deliver(&expired)
 	c.deliver(&granted)
 }
 
-// expireLocked moves every waiter that has waited longer than the timeout from the
-// queues onto expired. Queues are in arrival order, so each scan stops at the first
-// waiter still in time (one that arrived with a slightly earlier time from another
-// goroutine waits for the next Tick).
+// expireLocked moves every waiter that has waited longer than its timeout from the
+// queues onto expired. A bucket's queues are in arrival order and share one timeout,
+// so each scan stops at the first waiter still in time (one that arrived with a
+// slightly earlier time from another goroutine waits for the next Tick).
 func (c *Controller) expireLocked(now time.Time, expired *chain) {
 	for i := range c.pools {
 		p := &c.pools[i]
-		for n := p.queue.head; n != nil && now.Sub(n.at) > c.limits.timeout; n = p.queue.head {
-			c.dequeueLocked(n, now)
-			p.st.Expired++
-			n.reason = c.limits.expired[i]
-			expired.pushBack(n)
+		// Backwards: a bucket whose queue empties is swapped with the last, seen already.
+		for j := len(p.active) - 1; j >= 0; j-- {
+			b := p.active[j]
+			timeout := c.timeoutLocked(b)
+			for n := b.q[i].head; n != nil && now.Sub(n.at) > timeout; n = b.q[i].head {
+				c.dequeueLocked(n, now)
+				p.st.Expired++
+				b.st.NumTimedOut++
+				n.reason = c.expiredReasonLocked(b, Pool(i))
+				expired.pushBack(n)
+			}
+		}
+	}
+}
+
+// fairDecay is what a bucket's recent use of a pool is multiplied by at each Tick.
+const fairDecay = 0.5
+
+// ageLocked decays every bucket's recent use. Scaling all by one factor keeps their
+// order, so only new use reorders them.
+func (c *Controller) ageLocked() {
+	for i := range c.node.used {
+		c.node.used[i] *= fairDecay
+	}
+	for _, b := range c.buckets {
+		for i := range b.used {
+			b.used[i] *= fairDecay
 		}
 	}
 }
@@ -83,19 +111,26 @@ func (c *Controller) SetNodeTickets(n int64, now time.Time) error {
 	if err := validateNodeTickets(n); err != nil {
 		return err
 	}
-	var granted chain
-	c.mu.Lock()
-	c.noteNowLocked(now)
-	c.nodeTotal = n
-	c.pumpLocked(now, &granted)
-	c.mu.Unlock()
-	c.deliver(&granted)
+	c.update(now, func() { c.nodeTotal = n })
+	return nil
+}
+
+// SetMaxInflightBytes changes the memory budget at run time (0: none). Raising it
+// grants waiters at once, on the calling goroutine; lowering it revokes nothing: the
+// bytes in flight drain below it as commands end.
+func (c *Controller) SetMaxInflightBytes(n int64, now time.Time) error {
+	if err := validateInflightBytes(n); err != nil {
+		return err
+	}
+	c.update(now, func() { c.mem.limit = n })
 	return nil
 }
 
 // SetQueueLimits changes the queue depth limit and timeout at run time (a config
 // edit). Waiters already queued stay queued even if the new depth is smaller; the new
-// timeout applies to them from the next Tick. The arguments follow Options'
+// timeout applies to them from the next Tick. Both are node-wide: MaxQueueDepth bounds
+// each pool's waiters of all buckets together, and QueueTimeout applies to the buckets
+// whose BucketLimits.QueueTimeout is zero. The arguments follow Options'
 // MaxQueueDepth (NoQueue for none; zero is not a default here but means a queue of
 // depth 0, like NoQueue) and QueueTimeout (> 0).
 func (c *Controller) SetQueueLimits(maxDepth int, timeout time.Duration) error {
@@ -109,6 +144,24 @@ func (c *Controller) SetQueueLimits(maxDepth int, timeout time.Duration) error {
 	return nil
 }
 
+// SetFIFO turns fair dequeue off (true: one FIFO per pool across buckets) or back on
+// (false), at run time. Waiters already queued are served in the new order.
+func (c *Controller) SetFIFO(fifo bool, now time.Time) {
+	c.update(now, func() { c.fifo = fifo })
+}
+
+// update runs set under the lock, then grants what waiters can now run, on the
+// calling goroutine: the run-time setters that may make room.
+func (c *Controller) update(now time.Time, set func()) {
+	var granted chain
+	c.mu.Lock()
+	c.noteNowLocked(now)
+	set()
+	c.pumpLocked(now, &granted)
+	c.mu.Unlock()
+	c.deliver(&granted)
+}
+
 // SetReadWriteRatio sets the read pool's share of the prober's total concurrency
 // (probe.Options.ReadWriteRatio). It takes effect at the prober's next step; a ratio
 // outside [0, 1] is clamped and NaN is ignored.
@@ -116,64 +169,4 @@ func (c *Controller) SetReadWriteRatio(r float64) {
 	c.mu.Lock()
 	c.prober.SetReadWriteRatio(r)
 	c.mu.Unlock()
-}
-
-// waiterNode is one queued command: an element of its pool's queue while it waits,
-// then of a chain until its callback is made. Nodes are pooled.
-type waiterNode struct {
-	w          Waiter
-	prev, next *waiterNode
-	at         time.Time // when it was queued
-	seq        uint64    // queue order across both pools
-	pool       Pool
-	ticket     Ticket // set when granted
-	reason     string // set when expired
-}
-
-// queue is an intrusive doubly linked FIFO of waiters, guarded by Controller.mu.
-type queue struct {
-	head, tail *waiterNode
-	n          int
-}
-
-func (q *queue) pushBack(n *waiterNode) {
-	n.prev, n.next = q.tail, nil
-	if q.tail != nil {
-		q.tail.next = n
-	} else {
-		q.head = n
-	}
-	q.tail = n
-	q.n++
-}
-
-func (q *queue) remove(n *waiterNode) {
-	if n.prev != nil {
-		n.prev.next = n.next
-	} else {
-		q.head = n.next
-	}
-	if n.next != nil {
-		n.next.prev = n.prev
-	} else {
-		q.tail = n.prev
-	}
-	n.prev, n.next = nil, nil
-	q.n--
-}
-
-// chain is a singly linked list of nodes taken off the queues, whose callbacks are
-// still to be made. It lives on its caller's stack.
-type chain struct {
-	head, tail *waiterNode
-}
-
-func (ch *chain) pushBack(n *waiterNode) {
-	n.next = nil
-	if ch.tail != nil {
-		ch.tail.next = n
-	} else {
-		ch.head = n
-	}
-	ch.tail = n
 }

@@ -30,7 +30,7 @@ type simWorkload struct {
 // fill acquires until one command waits.
 func (w *simWorkload) fill() {
 	for {
-		t, d, reason := w.c.Acquire(Write, &simClient{w: w}, w.now)
+		t, d, reason := w.c.Acquire(Write, nil, &simClient{w: w}, 0, w.now)
 		switch d {
 		case Admitted:
 			w.held = append(w.held, t)
