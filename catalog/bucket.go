@@ -17,6 +17,7 @@ type Bucket struct {
 	settings atomic.Pointer[tenant.Settings]
 	deleted  atomic.Bool
 	parked   parkedSet
+	ext      any // set by Observer.BucketAdded before the bucket is visible
 
 	// Counters are memcached's per-bucket command figures (STAT).
 	Counters Counters
@@ -39,6 +40,14 @@ func (b *Bucket) Throttle() *tenant.BucketThrottle { return b.thr }
 
 // Settings are the bucket's current settings.
 func (b *Bucket) Settings() tenant.Settings { return *b.settings.Load() }
+
+// Ext is what the Observer attached to the bucket when it was added (the
+// server's per-bucket admission state); nil without an Observer.
+func (b *Bucket) Ext() any { return b.ext }
+
+// SetExt attaches v to the bucket. Call it only from Observer.BucketAdded,
+// before the bucket is visible to other goroutines.
+func (b *Bucket) SetExt(v any) { b.ext = v }
 
 // Deleted reports whether the bucket was deleted; a connection that still
 // holds it must deselect it.

@@ -28,13 +28,36 @@ type Options struct {
 	Defaults tenant.Settings
 	// Logger receives one line per change. Default slog.Default().
 	Logger *slog.Logger
+	// Observer, when set, is told of every bucket added, changed or
+	// removed, so that state the catalog does not own (admission queues)
+	// follows the buckets.
+	Observer Observer
 }
+
+// Observer is told of bucket lifecycle events, in order, with the catalog's
+// mutation lock held: it must not call back into the catalog's mutators.
+type Observer interface {
+	// BucketAdded runs before b is visible to Get; it may call b.SetExt.
+	BucketAdded(b *Bucket)
+	// SettingsChanged runs after b's settings changed.
+	SettingsChanged(b *Bucket)
+	// BucketRemoved runs after b was unregistered and marked deleted.
+	BucketRemoved(b *Bucket)
+}
+
+// nopObserver is the Observer of a catalog opened without one.
+type nopObserver struct{}
+
+func (nopObserver) BucketAdded(*Bucket)     {}
+func (nopObserver) SettingsChanged(*Bucket) {}
+func (nopObserver) BucketRemoved(*Bucket)   {}
 
 // Catalog is the node's set of buckets and its durable node settings.
 type Catalog struct {
 	db       *engine.DB
 	throttle *tenant.Throttle
 	log      *slog.Logger
+	obs      Observer
 	defaults atomic.Pointer[tenant.Settings] // settings of buckets created without any
 
 	regMu sync.RWMutex
@@ -48,7 +71,10 @@ func Open(o Options) (*Catalog, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	c := &Catalog{db: o.DB, throttle: o.Throttle, log: o.Logger, reg: map[string]*Bucket{}}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
+	}
+	c := &Catalog{db: o.DB, throttle: o.Throttle, log: o.Logger, obs: o.Observer, reg: map[string]*Bucket{}}
 	def := o.Defaults
 	c.defaults.Store(&def)
 	if err := c.loadNode(); err != nil {
@@ -146,6 +172,7 @@ func (c *Catalog) register(store *engine.Bucket, set tenant.Settings) *Bucket {
 	b := &Bucket{name: store.Name(), store: store}
 	b.settings.Store(&set)
 	b.thr = c.throttle.Add(b.name, set.Reserved, set.HardLimit)
+	c.obs.BucketAdded(b)
 	c.regMu.Lock()
 	c.reg[b.name] = b
 	c.regMu.Unlock()
@@ -165,6 +192,7 @@ func (c *Catalog) Delete(name, who string) error {
 	if ok {
 		b.deleted.Store(true)
 		c.throttle.Remove(b.thr)
+		c.obs.BucketRemoved(b)
 		b.WakeParked()
 	}
 	if err := c.db.DeleteBucket(name); err != nil {
@@ -195,6 +223,7 @@ func (c *Catalog) setBucketLocked(b *Bucket, set tenant.Settings, who string) er
 	}
 	old := b.settings.Swap(&set)
 	c.throttle.SetLimits(b.thr, set.Reserved, set.HardLimit)
+	c.obs.SettingsChanged(b)
 	c.log.Info("bucket throttle changed", "by", who, "bucket", b.name,
 		"old", tenant.LimitsText(old.Reserved, old.HardLimit), "new", tenant.LimitsText(set.Reserved, set.HardLimit))
 	return nil

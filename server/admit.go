@@ -4,8 +4,10 @@ import (
 	"strconv"
 	"time"
 
+	"kvd/catalog"
 	"kvd/ingress"
 	mc "kvd/protocol/binary"
+	"kvd/tenant"
 )
 
 // verdict is admission's answer for one data command.
@@ -30,9 +32,9 @@ const (
 // Unthrottled connections skip both: they take an exempt ticket, which never
 // waits but is counted.
 func (s *Server) admit(c *conn, req *mc.Request) verdict {
-	pool, now := poolOf(req.Opcode), s.opts.Now()
+	pool, now, adm := poolOf(req.Opcode), s.opts.Now(), stateOf(c.bucket).adm
 	if c.unthrottled {
-		c.runOrCollect(req, s.ingress.StartExempt(pool, now), now)
+		c.runOrCollect(req, s.ingress.StartExempt(pool, adm, now), now)
 		return admitRun
 	}
 	if v := s.checkThrottle(c, req, now); v != admitRun {
@@ -40,20 +42,20 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	}
 	if c.collect != nil {
 		// Never queue behind our own batch: run it first, then ask again.
-		t, d, _ := s.ingress.Acquire(pool, nil, now)
+		t, d, _ := s.ingress.Acquire(pool, adm, nil, chargeOf(req), now)
 		if d != ingress.Admitted {
 			return admitWait
 		}
 		c.collectReq(req, t)
 		return admitRun
 	}
-	if t, d, _ := s.ingress.Acquire(pool, nil, now); d == ingress.Admitted {
+	if t, d, _ := s.ingress.Acquire(pool, adm, nil, chargeOf(req), now); d == ingress.Admitted {
 		c.runOrCollect(req, t, now)
 		return admitRun
 	}
 	b := newBatch(c, c.bucket)
 	r := c.addReq(b, req)
-	t, d, reason := s.ingress.Acquire(pool, b, now)
+	t, d, reason := s.ingress.Acquire(pool, adm, b, chargeOf(req), now)
 	switch d {
 	case ingress.Admitted:
 		r.ticket = t
@@ -65,7 +67,11 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	}
 	b.release()
 	c.bucket.Throttle().CountRejected()
-	c.replyError(req, mc.StatusBusy, reason)
+	st := mc.StatusBusy
+	if d == ingress.TooLarge {
+		st = mc.StatusOutOfMemory
+	}
+	c.replyError(req, st, reason)
 	return admitAnswered
 }
 
@@ -189,6 +195,7 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 	}
 	var ex [4]byte
 	c.out = c.appendMetered(c.out, &r, it.CAS, mc.AppendUint32(ex[:0], it.Flags), key, it.Value)
+	s.ingress.Settle(t, int64(len(it.Value)), now) // teaches the bucket's read estimate
 	s.ingress.Release(t, now)
 	return true
 }
@@ -244,4 +251,54 @@ func poolOf(op mc.Opcode) ingress.Pool {
 		return ingress.Read
 	}
 	return ingress.Write
+}
+
+// chargeOf is what a command is charged against max_inflight_bytes: a write
+// its value; a read (GET, GETK, GAT and their quiet forms), whose size is
+// unknown yet, its bucket's estimate, settled once it has run.
+func chargeOf(req *mc.Request) int64 {
+	if estimated(req.Opcode) {
+		return ingress.Estimate
+	}
+	return int64(len(req.Value))
+}
+
+// estimated reports whether a command is charged an estimate (see chargeOf).
+func estimated(op mc.Opcode) bool {
+	switch op.NonQuiet() {
+	case mc.OpGet, mc.OpGetK, mc.OpGAT:
+		return true
+	}
+	return false
+}
+
+// bucketState is the server's own per-bucket state, which the catalog
+// carries on each bucket (catalog.Bucket.Ext) without interpreting it.
+type bucketState struct {
+	adm *ingress.Bucket // the bucket's admission limits, queues and figures
+}
+
+func stateOf(b *catalog.Bucket) *bucketState { return b.Ext().(*bucketState) }
+
+// admissionLimits are the ingress limits of a bucket's settings.
+func admissionLimits(set tenant.Settings) ingress.BucketLimits {
+	return ingress.BucketLimits{MaxConcurrent: set.MaxConcurrent, MaxQueued: set.MaxQueued, QueueTimeout: set.QueueTimeout}
+}
+
+// bucketHooks keeps the server's per-bucket state in step with the catalog
+// (catalog.Observer).
+type bucketHooks struct{ s *Server }
+
+func (h bucketHooks) BucketAdded(b *catalog.Bucket) {
+	b.SetExt(&bucketState{adm: h.s.ingress.AddBucket(b.Name(), admissionLimits(b.Settings()))})
+}
+
+func (h bucketHooks) SettingsChanged(b *catalog.Bucket) {
+	h.s.ingress.SetBucketLimits(stateOf(b).adm, admissionLimits(b.Settings()), h.s.opts.Now())
+}
+
+// BucketRemoved answers the bucket's queued commands: 0x86 "bucket B was
+// deleted".
+func (h bucketHooks) BucketRemoved(b *catalog.Bucket) {
+	h.s.ingress.RemoveBucket(stateOf(b).adm, h.s.opts.Now())
 }

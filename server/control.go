@@ -32,7 +32,7 @@ var helloFeatures = map[uint16]features{
 func (c *conn) handleControl(req *mc.Request) {
 	// Control commands are exempt from ingress admission, and counted.
 	now := c.srv.opts.Now()
-	c.srv.ingress.Release(c.srv.ingress.StartExempt(ingress.Read, now), now)
+	c.srv.ingress.Release(c.srv.ingress.StartExempt(ingress.Read, nil, now), now)
 	switch req.Opcode {
 	case mc.OpNoop, mc.OpVerbosity:
 		c.reply(req, mc.StatusOK, 0, nil, nil, nil)

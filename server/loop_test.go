@@ -165,7 +165,7 @@ func TestLoopParksThrottledCommand(t *testing.T) {
 // holdTicket takes the node's only ticket so that the next command queues.
 func holdTicket(t *testing.T, s *Server, now time.Time) ingress.Ticket {
 	t.Helper()
-	tk, d, _ := s.ingress.Acquire(ingress.Write, nil, now)
+	tk, d, _ := s.ingress.Acquire(ingress.Write, nil, nil, 0, now)
 	if d != ingress.Admitted {
 		t.Fatalf("could not take the ticket: %v", d)
 	}

@@ -157,12 +157,21 @@ var (
 	descIngressSec = desc("kvd_ingress_time_seconds_total", "Time commands held tickets (processing) or waited for one (queued).", "pool", "phase")
 	descProbeConc  = desc("kvd_probe_concurrency", "Pool sizes set by the throughput prober.", "pool")
 	descProbeEvt   = desc("kvd_probe_events_total", "Prober steps and adjustments (probed_stable, probed_up, probed_down, increased, decreased).", "event")
+	descMemory     = desc("kvd_memory_bytes", "Value bytes held by admitted commands (inflight), the max_inflight_bytes budget (limit, 0 = none) and the highest inflight since start (peak).", "state")
+	descMemWaiting = desc("kvd_memory_waiting", "Queued commands whose value bytes do not fit the memory budget now.")
+	descMemEvents  = desc("kvd_memory_commands_total", "Commands that waited for memory (waited) or were refused with 0x82 (rejected).", "kind")
+	descBktInFl    = desc("kvd_bucket_in_flight", "Data commands of the bucket holding an ingress ticket.", "bucket")
+	descBktQueue   = desc("kvd_bucket_queue_length", "Data commands of the bucket waiting for an ingress ticket.", "bucket")
+	descBktQWait   = desc("kvd_bucket_queue_wait_seconds_total", "Time the bucket's commands waited for an ingress ticket.", "bucket")
+	descBktTimeout = desc("kvd_bucket_timed_out_total", "Commands of the bucket answered 0x86 after waiting past the queue timeout.", "bucket")
+	descBktFull    = desc("kvd_bucket_queue_full_total", "Commands of the bucket answered 0x85 because a queue was full.", "bucket")
 	descProbeAmt   = desc("kvd_probe_amount_total", "Tickets the prober added (increased) or removed (decreased) from the stable concurrency.", "direction")
 )
 
 func describeIngress(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTickets, descQueueLen, descIngressCnt, descIngressSec,
-		descProbeConc, descProbeEvt, descProbeAmt} {
+		descProbeConc, descProbeEvt, descProbeAmt, descMemory, descMemWaiting, descMemEvents,
+		descBktInFl, descBktQueue, descBktQWait, descBktTimeout, descBktFull} {
 		ch <- d
 	}
 }
@@ -187,6 +196,21 @@ func (s *Server) collectIngress(ch chan<- prometheus.Metric) {
 	c(descProbeEvt, float64(st.Probe.TimesDecreased), "decreased")
 	c(descProbeAmt, float64(st.Probe.TotalAmountIncreased), "increased")
 	c(descProbeAmt, float64(st.Probe.TotalAmountDecreased), "decreased")
+	mem := st.Memory
+	g(descMemory, float64(mem.InflightBytes), "inflight")
+	g(descMemory, float64(mem.LimitBytes), "limit")
+	g(descMemory, float64(mem.PeakBytes), "peak")
+	g(descMemWaiting, float64(mem.Waiting))
+	c(descMemEvents, float64(mem.Waited), "waited")
+	c(descMemEvents, float64(mem.Rejected), "rejected")
+	for _, b := range s.cat.All() {
+		bs, name := stateOf(b).adm.Stats(), b.Name()
+		g(descBktInFl, float64(bs.InFlight), name)
+		g(descBktQueue, float64(bs.QueueLength), name)
+		c(descBktQWait, float64(bs.QueueWaitTimeUS)/1e6, name)
+		c(descBktTimeout, float64(bs.NumTimedOut), name)
+		c(descBktFull, float64(bs.NumQueueFull), name)
+	}
 }
 
 func collectPool(ch chan<- prometheus.Metric, pool string, ps ingress.PoolStats) {

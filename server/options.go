@@ -91,9 +91,6 @@ type Options struct {
 	MaxThrottleWait time.Duration
 	// Ingress configures ticketed admission. Defaults: see package ingress.
 	Ingress IngressOptions
-	// MaxInflightBytes bounds the value bytes held by commands in flight
-	// (memory admission); 0 = no bound. Not enforced yet: see warnUnenforced.
-	MaxInflightBytes int64
 	// Logger receives admin changes and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -194,17 +191,13 @@ func (s *Server) limits() *Limits { return s.lim.Load() }
 // warnUnenforced logs, once per start or reload, each setting that is
 // accepted but not enforced yet, so that an operator is never misled.
 func warnUnenforced(o *Options, log *slog.Logger) {
-	if o.MaxInflightBytes > 0 {
-		log.Warn("setting not enforced yet", "setting", "max_inflight_bytes", "value", o.MaxInflightBytes)
-	}
 	for _, b := range o.Buckets {
 		s := b.Settings
 		for _, f := range []struct {
 			name string
 			set  bool
 		}{
-			{"max_concurrent", s.MaxConcurrent != 0}, {"max_queued", s.MaxQueued != 0},
-			{"queue_timeout_ms", s.QueueTimeout != 0}, {"deadline_ms", s.Deadline != 0},
+			{"deadline_ms", s.Deadline != 0},
 			{"deadline_percentile", s.DeadlinePercentile != 0}, {"expected_execution_us", s.ExpectedExecution != 0},
 		} {
 			if f.set {

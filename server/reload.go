@@ -55,6 +55,10 @@ func (s *Server) reconfigureIngress(in *IngressOptions) error {
 	if err := s.ingress.SetQueueLimits(in.MaxQueueDepth, in.QueueTimeout); err != nil {
 		return err
 	}
+	if err := s.ingress.SetMaxInflightBytes(in.MaxInflightBytes, now); err != nil {
+		return err
+	}
+	s.ingress.SetFIFO(in.FIFO, now)
 	s.ingress.SetReadWriteRatio(in.Probe.ReadWriteRatio)
 	return nil
 }

@@ -100,7 +100,7 @@ func (s *Server) open() (err error) {
 	s.lim.Store(limitsOf(&s.opts))
 	s.metrics = newMetrics(s)
 	s.cat, err = catalog.Open(catalog.Options{DB: s.db, Throttle: s.throttle,
-		Defaults: s.opts.DefaultSettings, Logger: s.log})
+		Defaults: s.opts.DefaultSettings, Logger: s.log, Observer: bucketHooks{s}})
 	if err != nil {
 		return err
 	}

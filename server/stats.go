@@ -62,12 +62,28 @@ type bucketDetail struct {
 	FreePoolShare     int64        `json:"throttle_free_pool_share"`
 	UnitsThisSecond   int64        `json:"units_this_second"`
 	Items             int64        `json:"curr_items"`
+
+	// Admission (ingress.BucketStats).
+	InFlight       int64 `json:"in_flight"`
+	QueueLength    int64 `json:"queue_length"`
+	NumQueued      int64 `json:"num_queued"`
+	NumQueueFull   int64 `json:"num_queue_full"`
+	NumTimedOut    int64 `json:"num_timed_out"`
+	QueueWaitTime  int64 `json:"queue_wait_time"`
+	PeakInFlight   int64 `json:"peak_in_flight"`
+	MaxConcurrent  int64 `json:"max_concurrent"`
+	MaxQueued      int64 `json:"max_queued"`
+	QueueTimeoutMS int64 `json:"queue_timeout_ms"`
 }
 
 func detailOf(b *catalog.Bucket) bucketDetail {
-	st := b.Throttle().Stats()
+	st, ad := b.Throttle().Stats(), stateOf(b).adm.Stats()
 	return bucketDetail{
-		Name: b.Name(), Clients: st.Clients, RU: st.RU, WU: st.WU, NumCommands: st.Commands,
+		InFlight: ad.InFlight, QueueLength: ad.QueueLength, NumQueued: ad.NumQueued,
+		NumQueueFull: ad.NumQueueFull, NumTimedOut: ad.NumTimedOut, QueueWaitTime: ad.QueueWaitTimeUS,
+		PeakInFlight: ad.PeakInFlight, MaxConcurrent: ad.MaxConcurrent, MaxQueued: ad.MaxQueued,
+		QueueTimeoutMS: ad.QueueTimeoutMS,
+		Name:           b.Name(), Clients: st.Clients, RU: st.RU, WU: st.WU, NumCommands: st.Commands,
 		NumThrottled: st.Throttled, NumRejected: st.Rejected, ThrottleWaitTime: st.WaitUS,
 		ThrottleReserved: tenant.Limit(st.Reserved), ThrottleHardLimit: tenant.Limit(st.HardLimit),
 		EffectiveReserved: st.EffectiveReserved, FreePoolShare: st.Share, UnitsThisSecond: st.Used,

@@ -217,6 +217,9 @@ func (s *Server) execBatch(b *batch) {
 	start := s.opts.Now()
 	for _, r := range b.reqs {
 		s.exec(b.bucket, r, now)
+		if estimated(r.hdr.op) {
+			s.ingress.Settle(r.ticket, int64(len(r.res)), start)
+		}
 		s.meter(b.bucket, r)
 		end := s.opts.Now()
 		s.metrics.observe(r.wu > 0 || r.mut, end.Sub(start))

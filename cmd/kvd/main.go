@@ -117,6 +117,7 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 			HardLimit: int64(cfg.DefaultThrottleHardLimit),
 		},
 	}
+	opts.Ingress.MaxInflightBytes = cfg.MaxInflightBytes
 	for _, b := range cfg.Buckets {
 		opts.Buckets = append(opts.Buckets, server.BucketSpec{Name: b.Name, Settings: bucketSettings(b, opts.DefaultSettings)})
 	}
