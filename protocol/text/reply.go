@@ -1,0 +1,195 @@
+package text
+
+import (
+	"encoding/base64"
+	"strconv"
+)
+
+// Status is the generic outcome of executing a command, independent of the
+// protocol; AppendReply turns it into the text or meta reply.
+type Status uint8
+
+// Statuses.
+const (
+	StatusHit        Status = iota // read found the item (also: touch/gat found it)
+	StatusMiss                     // read, touch or arithmetic found nothing
+	StatusStored                   // storage succeeded
+	StatusNotStored                // add on existing, replace/append/prepend on missing
+	StatusExists                   // CAS mismatch
+	StatusNotFound                 // CAS/delete/incr on a missing key
+	StatusDeleted                  // delete succeeded
+	StatusNumber                   // incr/decr succeeded; Outcome.Number is the new value
+	StatusNonNumeric               // incr/decr on a value that is not a number
+	StatusOK                       // flush_all, verbosity
+)
+
+// Outcome is what the server learnt executing a command.
+type Outcome struct {
+	Status Status
+	Value  []byte // item value (hits)
+	Flags  uint32 // client flags
+	CAS    uint64
+	TTL    int64  // remaining seconds; -1 for none
+	Number uint64 // incr/decr result
+	// Meta-only item facts; zero when the server does not track them.
+	Fetched    bool  // h: the item was read before
+	LastAccess int64 // l: seconds since the last access
+	Win        bool  // W: this client won the right to recache
+	Stale      bool  // X: the item is stale (invalidated)
+	TokenSent  bool  // Z: a win token was already handed out
+}
+
+var (
+	crlf         = []byte("\r\n")
+	lineEnd      = []byte("END\r\n")
+	lineStored   = []byte("STORED\r\n")
+	lineNotStore = []byte("NOT_STORED\r\n")
+	lineExists   = []byte("EXISTS\r\n")
+	lineNotFound = []byte("NOT_FOUND\r\n")
+	lineDeleted  = []byte("DELETED\r\n")
+	lineTouched  = []byte("TOUCHED\r\n")
+	lineOK       = []byte("OK\r\n")
+	lineMN       = []byte("MN\r\n")
+	lineNonNum   = []byte("CLIENT_ERROR cannot increment or decrement non-numeric value\r\n")
+)
+
+// AppendValue appends a classic "VALUE key flags bytes [cas]" block.
+func AppendValue(dst, key []byte, flags uint32, value []byte, cas uint64, withCAS bool) []byte {
+	dst = append(dst, "VALUE "...)
+	dst = append(dst, key...)
+	dst = append(dst, ' ')
+	dst = strconv.AppendUint(dst, uint64(flags), 10)
+	dst = append(dst, ' ')
+	dst = strconv.AppendInt(dst, int64(len(value)), 10)
+	if withCAS {
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, cas, 10)
+	}
+	dst = append(dst, crlf...)
+	dst = append(dst, value...)
+	return append(dst, crlf...)
+}
+
+// AppendEnd appends "END", the end of a get/gets/gat/gats reply.
+func AppendEnd(dst []byte) []byte { return append(dst, lineEnd...) }
+
+// AppendNoop appends "MN", the reply to mn.
+func AppendNoop(dst []byte) []byte { return append(dst, lineMN...) }
+
+// AppendVersion appends "VERSION v".
+func AppendVersion(dst []byte, version string) []byte {
+	dst = append(dst, "VERSION "...)
+	dst = append(dst, version...)
+	return append(dst, crlf...)
+}
+
+// AppendStat appends one "STAT name value" line; end the list with AppendEnd.
+func AppendStat(dst []byte, name, value string) []byte {
+	dst = append(dst, "STAT "...)
+	dst = append(dst, name...)
+	dst = append(dst, ' ')
+	dst = append(dst, value...)
+	return append(dst, crlf...)
+}
+
+// AppendStatUint is AppendStat for a number.
+func AppendStatUint(dst []byte, name string, value uint64) []byte {
+	dst = append(dst, "STAT "...)
+	dst = append(dst, name...)
+	dst = append(dst, ' ')
+	dst = strconv.AppendUint(dst, value, 10)
+	return append(dst, crlf...)
+}
+
+// AppendError appends "ERROR".
+func AppendError(dst []byte) []byte { return append(dst, replyError...) }
+
+// AppendClientError appends "CLIENT_ERROR reason".
+func AppendClientError(dst []byte, reason string) []byte {
+	dst = append(dst, "CLIENT_ERROR "...)
+	dst = append(dst, reason...)
+	return append(dst, crlf...)
+}
+
+// AppendServerError appends "SERVER_ERROR reason": the reply to a command
+// the server refused (admission, memory), with binary's reason text.
+func AppendServerError(dst []byte, reason string) []byte {
+	dst = append(dst, "SERVER_ERROR "...)
+	dst = append(dst, reason...)
+	return append(dst, crlf...)
+}
+
+// AppendReply appends the reply to cmd given the outcome of executing it,
+// by memcached's rules: classic noreply and meta quiet mode suppress what
+// memcached suppresses. For get/gets/gat/gats it appends one key's block
+// (nothing on a miss); key is that key, and the caller appends AppendEnd
+// after the last key. For other commands key is ignored.
+func AppendReply(dst []byte, cmd *Command, key []byte, o *Outcome) []byte {
+	if cmd.Kind.Meta() {
+		return appendMeta(dst, cmd, o)
+	}
+	switch cmd.Kind {
+	case KindGet, KindGat:
+		if o.Status == StatusHit {
+			dst = AppendValue(dst, key, o.Flags, o.Value, 0, false)
+		}
+		return dst
+	case KindGets, KindGats:
+		if o.Status == StatusHit {
+			dst = AppendValue(dst, key, o.Flags, o.Value, o.CAS, true)
+		}
+		return dst
+	case KindTouch:
+		if o.Status == StatusHit {
+			return appendUnlessNoReply(dst, cmd, lineTouched)
+		}
+	case KindIncr, KindDecr:
+		if o.Status == StatusNumber {
+			if cmd.NoReply {
+				return dst
+			}
+			dst = strconv.AppendUint(dst, o.Number, 10)
+			return append(dst, crlf...)
+		}
+	}
+	return appendUnlessNoReply(dst, cmd, classicLine(o.Status))
+}
+
+func appendUnlessNoReply(dst []byte, cmd *Command, line []byte) []byte {
+	if cmd.NoReply {
+		return dst
+	}
+	return append(dst, line...)
+}
+
+func classicLine(s Status) []byte {
+	switch s {
+	case StatusStored:
+		return lineStored
+	case StatusNotStored:
+		return lineNotStore
+	case StatusExists:
+		return lineExists
+	case StatusDeleted:
+		return lineDeleted
+	case StatusNonNumeric:
+		return lineNonNum
+	case StatusOK:
+		return lineOK
+	case StatusHit:
+		return lineTouched
+	}
+	return lineNotFound
+}
+
+// appendMetaKey appends the k flag: the key as sent (base64 when b).
+func appendMetaKey(dst []byte, m *Meta, key []byte) []byte {
+	dst = append(dst, " k"...)
+	if m.Base64 {
+		n := base64.StdEncoding.EncodedLen(len(key))
+		dst = append(dst, make([]byte, n)...) // the compiler grows dst in place
+		base64.StdEncoding.Encode(dst[len(dst)-n:], key)
+		return append(dst, " b"...)
+	}
+	return append(dst, key...)
+}
