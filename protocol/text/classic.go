@@ -50,6 +50,16 @@ func (c *Command) parseTouch(tk *tokens) *Error {
 	return nil
 }
 
+func (c *Command) parseVerbosity(tk *tokens) *Error {
+	c.Kind, c.NoReply = KindVerbosity, tk.noreply()
+	level, ok := parseFlags(tk.t[1])
+	if !ok {
+		return c.failClassic(ErrClient, replyBadFormat)
+	}
+	c.Level = uint64(level)
+	return nil
+}
+
 func (c *Command) parseFlush(tk *tokens) *Error {
 	c.Kind = KindFlushAll
 	c.NoReply = tk.noreply()
@@ -118,14 +128,3 @@ func parseInt32(b []byte) (int64, bool) {
 	return int64(int32(int64(v))), true
 }
 
-// parseUintPrefix is strtoul without checks (verbosity's level).
-func parseUintPrefix(b []byte) (uint64, bool) {
-	var v uint64
-	for i, ch := range b {
-		if ch < '0' || ch > '9' {
-			return v, i > 0
-		}
-		v = v*10 + uint64(ch-'0')
-	}
-	return v, len(b) > 0
-}

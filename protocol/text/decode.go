@@ -222,8 +222,7 @@ func (c *Command) parseOther(tk *tokens) *Error {
 		if nt < 3 {
 			return c.unknown()
 		}
-		c.Kind, c.NoReply = KindVerbosity, tk.noreply()
-		c.Level, _ = parseUintPrefix(tk.t[1])
+		return c.parseVerbosity(tk)
 	case "stats":
 		c.Kind = KindStats
 		c.Keys = append(c.Keys, tk.t[1:tk.n]...)

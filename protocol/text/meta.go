@@ -6,7 +6,10 @@ import "encoding/base64"
 // tokens is refused.
 const maxMetaTokens = 20
 
-var replyFlagsTooLong = []byte("CLIENT_ERROR options flags are too long\r\n")
+var (
+	replyFlagsTooLong = []byte("CLIENT_ERROR options flags are too long\r\n")
+	replyInvalidOrDup = []byte("CLIENT_ERROR invalid or duplicate flag\r\n")
+)
 
 // parseMeta parses mg, ms, md, ma, mn and me.
 func (c *Command) parseMeta(tk *tokens) *Error {
@@ -28,6 +31,9 @@ func (c *Command) parseMeta(tk *tokens) *Error {
 		return c.unknown()
 	}
 	if tk.n < 2 {
+		if c.Kind == KindMetaDebug {
+			return c.fail(ErrClient, replyBadFormat, false)
+		}
 		return c.unknown()
 	}
 	c.Key = tk.t[1]
@@ -112,27 +118,42 @@ func (c *Command) parseFlags(flags [][]byte) *Error {
 	m := &c.Meta
 	m.Delta = 1
 	var reply []byte
+	opaqueTooLong := false
 	for _, f := range flags {
 		bit := flagBit(f[0])
 		if bit == 0 || m.seen&bit != 0 {
 			if bit != 0 {
-				return c.metaFail(replyDuplicateFlag)
+				return c.preparseFail(replyDuplicateFlag)
 			}
-			return c.metaFail(replyInvalidFlag)
+			return c.preparseFail(replyInvalidFlag)
 		}
 		m.seen |= bit
 		r, known := c.metaFlag(f)
-		if !known {
-			return c.metaFail(replyInvalidFlag)
-		}
-		if r != nil {
+		switch {
+		case !known:
+			return c.preparseFail(replyInvalidFlag)
+		case r == nil:
+		case &r[0] == &replyOpaqueTooLong[0]:
+			opaqueTooLong = true // checked after the preparse, as memcached does
+		default:
 			reply = r
 		}
 	}
 	if reply != nil {
-		return c.metaFail(reply)
+		return c.preparseFail(reply)
+	}
+	if opaqueTooLong {
+		return c.metaFail(replyOpaqueTooLong)
 	}
 	return nil
+}
+
+// preparseFail refuses a bad flag list: md and ma give one reason for all.
+func (c *Command) preparseFail(reply []byte) *Error {
+	if c.Kind == KindMetaDelete || c.Kind == KindMetaArithmetic {
+		reply = replyInvalidOrDup
+	}
+	return c.metaFail(reply)
 }
 
 // metaFlag applies one flag token; it returns the error reply of a bad
@@ -172,8 +193,10 @@ func (c *Command) metaFlag(f []byte) (reply []byte, known bool) {
 		m.Recache, ok = parseInt32(tok)
 		m.HasRecache = ok
 	case 'F':
-		m.Flags, ok = parseFlags(tok)
-		m.HasFlags = ok
+		if m.Flags, ok = parseFlags(tok); !ok {
+			return replyBadFormat, true // memcached sets no reason for F
+		}
+		m.HasFlags = true
 	case 'C':
 		m.CAS, ok = parseUint64(tok)
 		m.HasCAS = ok
@@ -208,16 +231,14 @@ func (c *Command) checkMode() *Error {
 		case 0:
 			m.Mode = ModeSet
 		case 'E', 'A', 'P', 'R', 'S':
-		case 'e', 'a', 'p', 'r', 's':
-			m.Mode -= 'a' - 'A'
 		default:
 			return c.metaFail(replyMsMode)
 		}
 	case KindMetaArithmetic:
 		switch m.Mode {
-		case 0, 'I', 'i', '+':
+		case 0, 'I', '+':
 			m.Mode = ModeIncrement
-		case 'D', 'd', '-':
+		case 'D', '-':
 			m.Mode = ModeDecrement
 		default:
 			return c.metaFail(replyMaMode)
