@@ -127,4 +127,3 @@ func parseInt32(b []byte) (int64, bool) {
 	}
 	return int64(int32(int64(v))), true
 }
-

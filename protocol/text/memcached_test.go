@@ -160,7 +160,7 @@ func TestHostileAgainstMemcached(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := startMemcached(t)
 			want, wantClosed := ask(t, addr, []byte(tc.in), 150*time.Millisecond)
-			got, gotClosed := newModel(1<<20).run([]byte(tc.in))
+			got, gotClosed := newModel(1 << 20).run([]byte(tc.in))
 			if !bytes.Equal(got, want) || gotClosed != wantClosed {
 				t.Errorf("input %q\nmemcached (closed %v):\n%q\ndecoder+model (closed %v):\n%q",
 					short(tc.in), wantClosed, want, gotClosed, got)

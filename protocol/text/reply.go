@@ -193,3 +193,23 @@ func appendMetaKey(dst []byte, m *Meta, key []byte) []byte {
 	}
 	return append(dst, key...)
 }
+
+// AppendStorage appends a classic storage request (set, add, replace,
+// append, prepend, cas) for cmd: a client-side encoder, used by tests and
+// tools.
+func AppendStorage(dst []byte, cmd *Command) []byte {
+	dst = append(dst, cmd.Kind.String()...)
+	dst = append(append(dst, ' '), cmd.Key...)
+	dst = strconv.AppendUint(append(dst, ' '), uint64(cmd.Flags), 10)
+	dst = strconv.AppendInt(append(dst, ' '), cmd.Exptime, 10)
+	dst = strconv.AppendInt(append(dst, ' '), int64(len(cmd.Value)), 10)
+	if cmd.Kind == KindCas {
+		dst = strconv.AppendUint(append(dst, ' '), cmd.CAS, 10)
+	}
+	if cmd.NoReply {
+		dst = append(dst, " noreply"...)
+	}
+	dst = append(dst, crlf...)
+	dst = append(dst, cmd.Value...)
+	return append(dst, crlf...)
+}
