@@ -31,6 +31,7 @@ type Error struct {
 	Reply   []byte // the reply line with its "\r\n"; empty when Close says to hang up silently
 	Close   bool   // close the connection after sending Reply
 	Swallow int    // bytes after the consumed line to discard, possibly across reads
+	Unlink  bool   // delete the command's key: memcached drops the old item of a too-large set
 	kind    error
 }
 

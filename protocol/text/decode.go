@@ -123,6 +123,7 @@ func (c *Command) data(buf []byte, n int, opts DecodeOptions) (int, error) {
 	if vlen > opts.MaxValue {
 		e := c.fail(ErrTooLarge, replyTooLarge, false)
 		c.err.Swallow = vlen + 2
+		c.err.Unlink = c.Kind == KindSet || c.Kind == KindMetaSet
 		c.quietClassic()
 		return n, e
 	}

@@ -152,6 +152,12 @@ var hostileCases = []hostileCase{
 	{"md errors", "md k zz\r\nmd k Cx\r\nmd k Tx\r\nmd k b\r\nmd k q q\r\nmd k O12345678901234567890123456789012345\r\n"},
 	{"ma modes", "ma n N0 Mi v\r\nma n Md v\r\nma n zz\r\nma n q q\r\nma n Nx\r\nma n O12345678901234567890123456789012345\r\n"},
 	{"verbosity noreply", "verbosity noreply\r\nverbosity x noreply\r\n"},
+	{"too large unlinks", "set a 0 0 1\r\nx\r\nset a 0 0 2000000\r\n" + strings.Repeat("x", 2000000) + "\r\nget a\r\n"},
+	{"too large add keeps", "set a 0 0 1\r\nx\r\nadd a 0 0 2000000\r\n" + strings.Repeat("x", 2000000) + "\r\nreplace a 0 0 2000000 noreply\r\n" + strings.Repeat("x", 2000000) + "\r\nget a\r\n"},
+	{"ms too large unlinks", "ms k 1\r\nz\r\nms k 2000000 MA\r\n" + strings.Repeat("x", 2000000) + "\r\nmg k v\r\n"},
+	{"noreply everywhere", "set a 0 0 1 noreply\r\n1\r\nadd a 0 0 1 noreply\r\n2\r\nreplace a 0 0 1 noreply\r\n3\r\nappend a 0 0 1 noreply\r\n4\r\nprepend a 0 0 1 noreply\r\n5\r\ncas a 0 0 1 99 noreply\r\n6\r\nincr a 1 noreply\r\ndecr a 1 noreply\r\ntouch a 0 noreply\r\ndelete zz noreply\r\nincr a x noreply\r\ntouch a x noreply\r\nget a\r\n"},
+	{"split data", "set a 0 0 10\r\n01234"},
+	{"gat no keys", "gat 10\r\ngats 10 \r\n"},
 	{"stats unknown group", "stats nothing\r\n"},
 }
 

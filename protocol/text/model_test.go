@@ -39,6 +39,9 @@ func (m *model) run(in []byte) (out []byte, closed bool) {
 			if e.Swallow > len(in) {
 				return out, false // memcached sends the reply once the swallow is done
 			}
+			if e.Unlink {
+				delete(m.items, string(cmd.Key))
+			}
 			out = append(out, e.Reply...)
 			if e.Close {
 				return out, true
