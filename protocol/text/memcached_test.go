@@ -158,6 +158,15 @@ var hostileCases = []hostileCase{
 	{"noreply everywhere", "set a 0 0 1 noreply\r\n1\r\nadd a 0 0 1 noreply\r\n2\r\nreplace a 0 0 1 noreply\r\n3\r\nappend a 0 0 1 noreply\r\n4\r\nprepend a 0 0 1 noreply\r\n5\r\ncas a 0 0 1 99 noreply\r\n6\r\nincr a 1 noreply\r\ndecr a 1 noreply\r\ntouch a 0 noreply\r\ndelete zz noreply\r\nincr a x noreply\r\ntouch a x noreply\r\nget a\r\n"},
 	{"split data", "set a 0 0 10\r\n01234"},
 	{"gat no keys", "gat 10\r\ngats 10 \r\n"},
+	// memcached answers only the error: it drops the replies it had stacked for
+	// the keys before (and, pipelined, for earlier commands not yet flushed).
+	{"long key mid get", "get a " + strings.Repeat("a", 251) + " a\r\n"},
+	{"long keys other commands", "incr " + strings.Repeat("a", 251) + " 1\r\ntouch " + strings.Repeat("a", 251) + " 1\r\ndelete " + strings.Repeat("a", 251) + "\r\nmg " + strings.Repeat("a", 251) + " v\r\nms " + strings.Repeat("a", 251) + " 1\r\nx\r\n"},
+	{"ms bad base64 swallows", "ms a 2 b\r\nhi\r\nmn\r\n"},
+	{"meta flags outside their command", "ms k 1\r\nz\r\nmg k F5 v\r\nmg k E5 v\r\nmd k x\r\nmg k C1 D3 J4 M5 v\r\nmn\r\n"},
+	{"ms flags echo", "ms k 1 O77 k b\r\nz\r\nms azE= 1 O77 k b c\r\nz\r\nms azE= 1 ME O1 k b\r\nz\r\n"},
+	{"ma echo", "ma n O1 k\r\nma n N0 O2 k t c\r\nma n O3 k q\r\nmn\r\n"},
+	{"gets no keys", "gets\r\ngets \r\n"},
 	{"stats unknown group", "stats nothing\r\n"},
 }
 

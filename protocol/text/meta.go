@@ -79,7 +79,6 @@ func (c *Command) metaFail(reply []byte) *Error {
 	e := c.fail(ErrClient, reply, false)
 	if c.Kind == KindMetaSet {
 		e.Swallow = c.declared + 2
-		c.Kind = KindNone // no data block to read
 	}
 	return e
 }
