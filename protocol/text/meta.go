@@ -158,8 +158,7 @@ func (c *Command) preparseFail(reply []byte) *Error {
 // metaFlag applies one flag token; it returns the error reply of a bad
 // token and whether the flag is known at all.
 func (c *Command) metaFlag(f []byte) (reply []byte, known bool) {
-	m, tok := &c.Meta, f[1:]
-	var ok = true
+	m := &c.Meta
 	switch f[0] {
 	case 'b':
 		if e := c.decodeKey(); e != nil {
@@ -171,7 +170,7 @@ func (c *Command) metaFlag(f []byte) (reply []byte, known bool) {
 		if len(f) > MaxOpaqueLen {
 			return replyOpaqueTooLong, true
 		}
-		m.Opaque = tok
+		m.Opaque = f[1:]
 		m.ret[m.nret], m.nret = 'O', m.nret+1
 	case 'P', 'L':
 	case 'q':
@@ -182,6 +181,17 @@ func (c *Command) metaFlag(f []byte) (reply []byte, known bool) {
 		m.Value = true
 	case 'I':
 		m.Invalidate = true
+	default:
+		return c.metaToken(f)
+	}
+	return nil, true
+}
+
+// metaToken applies a flag that carries a number (or ms/ma's mode).
+func (c *Command) metaToken(f []byte) (reply []byte, known bool) {
+	m, tok := &c.Meta, f[1:]
+	ok := true
+	switch f[0] {
 	case 'N':
 		m.Vivify, ok = parseInt32(tok)
 		m.HasViv = ok
