@@ -112,11 +112,7 @@ func (m *model) exec(out []byte, c *Command) []byte {
 	case c.Kind == KindIncr || c.Kind == KindDecr || c.Kind == KindMetaArithmetic:
 		o = m.arith(c)
 	case c.Kind == KindMetaDebug:
-		o.Status = StatusMiss
-		if m.items[string(c.Key)] != nil {
-			return AppendServerError(out, "model has no me")
-		}
-		return append(out, "EN\r\n"...)
+		o = m.read(c.Key, false, 0)
 	}
 	return AppendReply(out, c, c.Key, &o)
 }

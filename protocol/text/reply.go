@@ -220,6 +220,8 @@ func appendMeta(dst []byte, cmd *Command, o *Outcome) []byte {
 	switch cmd.Kind {
 	case KindMetaNoop:
 		return append(dst, lineMN...)
+	case KindMetaDebug:
+		return appendMetaDebug(dst, cmd, o)
 	case KindMetaGet:
 		if o.Status != StatusHit {
 			if m.Quiet {
@@ -328,5 +330,34 @@ func appendEcho(dst []byte, cmd *Command) []byte {
 			dst = append(append(dst, " O"...), m.Opaque...)
 		}
 	}
+	return append(dst, crlf...)
+}
+
+// itemOverhead makes me's size memcached's item size: a 56-byte header
+// (with CAS), the key and its NUL, the value and its "\r\n".
+const itemOverhead = 56 + 1 + 2
+
+// appendMetaDebug answers me as memcached 1.6.18 does: "EN" on a miss, else
+// "ME <key> exp=… la=… cas=… fetch=yes|no cls=1 size=…", where exp is
+// minus the remaining TTL (memcached prints current_time - exptime) or -1.
+func appendMetaDebug(dst []byte, cmd *Command, o *Outcome) []byte {
+	if o.Status != StatusHit {
+		return append(dst, "EN\r\n"...)
+	}
+	dst = append(append(dst, "ME "...), cmd.Meta.RawKey...)
+	exp := int64(-1)
+	if o.TTL >= 0 {
+		exp = -o.TTL
+	}
+	dst = strconv.AppendInt(append(dst, " exp="...), exp, 10)
+	dst = strconv.AppendInt(append(dst, " la="...), o.LastAccess, 10)
+	dst = strconv.AppendUint(append(dst, " cas="...), o.CAS, 10)
+	if o.Fetched {
+		dst = append(dst, " fetch=yes"...)
+	} else {
+		dst = append(dst, " fetch=no"...)
+	}
+	dst = append(dst, " cls=1 size="...)
+	dst = strconv.AppendInt(dst, int64(itemOverhead+len(cmd.Key)+len(o.Value)), 10)
 	return append(dst, crlf...)
 }

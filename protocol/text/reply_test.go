@@ -44,6 +44,11 @@ var metaReplyCases = []struct {
 	{"ma n q\r\n", Outcome{Status: StatusNumber, Number: 1}, ""},
 	{"ma n\r\n", Outcome{Status: StatusNonNumeric}, "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"},
 	{"mn\r\n", Outcome{}, "MN\r\n"},
+	// set a 0 100 2 / hi; ms azE= 1 b / z; set c 0 0 1 / x; get c
+	{"me a\r\n", Outcome{Status: StatusHit, Value: []byte("hi"), TTL: 100, CAS: 1}, "ME a exp=-100 la=0 cas=1 fetch=no cls=1 size=62\r\n"},
+	{"me azE= b\r\n", Outcome{Status: StatusHit, Value: []byte("z"), TTL: -1, CAS: 2}, "ME azE= exp=-1 la=0 cas=2 fetch=no cls=1 size=62\r\n"},
+	{"me c\r\n", Outcome{Status: StatusHit, Value: []byte("x"), TTL: -1, CAS: 3, Fetched: true}, "ME c exp=-1 la=0 cas=3 fetch=yes cls=1 size=61\r\n"},
+	{"me zz\r\n", Outcome{Status: StatusMiss}, "EN\r\n"},
 }
 
 func TestMetaReplies(t *testing.T) {
