@@ -21,6 +21,7 @@ type modelItem struct {
 	cas     uint64
 	ttl     int64
 	fetched bool
+	binary  bool // stored with a base64 key (b)
 }
 
 func newModel(maxValue int) *model {
@@ -125,7 +126,7 @@ func (m *model) read(key []byte, touch bool, exptime int64) Outcome {
 	if touch {
 		it.ttl = ttlOf(exptime)
 	}
-	o := Outcome{Status: StatusHit, Value: it.value, Flags: it.flags, CAS: it.cas, TTL: it.ttl, Fetched: it.fetched}
+	o := Outcome{Status: StatusHit, Value: it.value, Flags: it.flags, CAS: it.cas, TTL: it.ttl, Fetched: it.fetched, KeyBinary: it.binary}
 	it.fetched = true
 	return o
 }
@@ -140,13 +141,8 @@ func (m *model) update(c *Command) Outcome {
 			KindAppend: ModeAppend, KindPrepend: ModePrepend}[c.Kind]
 	}
 	hasCAS := c.Kind == KindCas || c.Meta.HasCAS
-	switch {
-	case hasCAS && it == nil:
-		return Outcome{Status: StatusNotFound}
-	case hasCAS && it.cas != cas:
-		return Outcome{Status: StatusExists}
-	case mode == ModeAdd && it != nil, mode != ModeSet && mode != ModeAdd && it == nil:
-		return Outcome{Status: StatusNotStored}
+	if st, done := storeVerdict(it, mode, hasCAS, cas); done {
+		return Outcome{Status: st}
 	}
 	value := c.Value
 	switch mode {
@@ -157,8 +153,32 @@ func (m *model) update(c *Command) Outcome {
 	default:
 		exp = ttlOf(exp)
 	}
+	binary := c.Meta.Base64
+	if mode == ModeAppend || mode == ModePrepend {
+		binary = it.binary // the new item copies the old one's key
+	}
 	n := m.store(c.Key, value, flags, exp)
-	return Outcome{Status: StatusStored, CAS: n.cas}
+	n.binary = binary
+	return Outcome{Status: StatusStored, CAS: n.cas, KeyBinary: binary}
+}
+
+// storeVerdict is memcached 1.6.18's do_store_item decision, as observed:
+// a CAS given on a missing key is NOT_FOUND for set and replace, stores for
+// add, and NOT_STORED for append and prepend; add never replaces.
+func storeVerdict(it *modelItem, mode byte, hasCAS bool, cas uint64) (Status, bool) {
+	switch {
+	case it == nil && mode == ModeAdd:
+		return 0, false
+	case it == nil && hasCAS && (mode == ModeSet || mode == ModeReplace):
+		return StatusNotFound, true
+	case it == nil && mode != ModeSet:
+		return StatusNotStored, true
+	case it != nil && mode == ModeAdd:
+		return StatusNotStored, true
+	case it != nil && hasCAS && it.cas != cas:
+		return StatusExists, true
+	}
+	return 0, false
 }
 
 func (m *model) arith(c *Command) Outcome {
@@ -168,7 +188,7 @@ func (m *model) arith(c *Command) Outcome {
 		delta, decr = c.Meta.Delta, c.Meta.Mode == ModeDecrement
 		if it == nil && c.Meta.HasViv {
 			it = m.store(c.Key, strconv.AppendUint(nil, c.Meta.Initial, 10), 0, ttlOf(c.Meta.Vivify))
-			return Outcome{Status: StatusNumber, Number: c.Meta.Initial, CAS: it.cas, TTL: it.ttl}
+			return Outcome{Status: StatusNumber, Number: c.Meta.Initial, CAS: it.cas, TTL: it.ttl, Created: true}
 		}
 	}
 	if it == nil {
@@ -186,6 +206,11 @@ func (m *model) arith(c *Command) Outcome {
 	default:
 		v += delta
 	}
-	n := m.store(c.Key, strconv.AppendUint(nil, v, 10), it.flags, it.ttl)
-	return Outcome{Status: StatusNumber, Number: v, CAS: n.cas, TTL: n.ttl}
+	digits := strconv.AppendUint(nil, v, 10)
+	if pad := len(it.value) - len(digits); pad > 0 {
+		digits = append(digits, bytes.Repeat([]byte(" "), pad)...) // memcached rewrites in place
+	}
+	n := m.store(c.Key, digits, it.flags, it.ttl)
+	n.binary = it.binary
+	return Outcome{Status: StatusNumber, Number: v, CAS: n.cas, TTL: n.ttl, KeyBinary: n.binary}
 }

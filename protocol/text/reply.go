@@ -37,6 +37,8 @@ type Outcome struct {
 	Win        bool  // W: this client won the right to recache
 	Stale      bool  // X: the item is stale (invalidated)
 	TokenSent  bool  // Z: a win token was already handed out
+	KeyBinary  bool  // the item was stored by a meta command with b: k shows it in base64
+	Created    bool  // ma: the miss created the item (N): quiet mode still answers
 }
 
 var (
@@ -183,9 +185,9 @@ func classicLine(s Status) []byte {
 }
 
 // appendMetaKey appends the k flag: the key as sent (base64 when b).
-func appendMetaKey(dst []byte, m *Meta, key []byte) []byte {
+func appendMetaKey(dst []byte, binary bool, key []byte) []byte {
 	dst = append(dst, " k"...)
-	if m.Base64 {
+	if binary {
 		n := base64.StdEncoding.EncodedLen(len(key))
 		dst = append(dst, make([]byte, n)...) // the compiler grows dst in place
 		base64.StdEncoding.Encode(dst[len(dst)-n:], key)
@@ -245,8 +247,8 @@ func appendMeta(dst []byte, cmd *Command, o *Outcome) []byte {
 		return dst
 	}
 	dst = append(dst, code...)
-	if code == "HD" && cmd.Kind == KindMetaSet {
-		return appendFlags(dst, cmd, o)
+	if cmd.Kind == KindMetaSet {
+		return appendFlags(dst, cmd, o) // ms returns its flags whatever the code ("NS c0")
 	}
 	return appendEcho(dst, cmd)
 }
@@ -266,10 +268,10 @@ func metaCode(s Status) string {
 
 // appendMetaHit appends "VA <len> flags\r\n<data>\r\n" or "HD flags\r\n".
 func appendMetaHit(dst []byte, cmd *Command, o *Outcome, withValue bool, value []byte) []byte {
+	if cmd.Meta.Quiet && cmd.Kind == KindMetaArithmetic && !o.Created {
+		return dst // ma's quiet mode hides every update, VA too, but not a creation
+	}
 	if !withValue {
-		if cmd.Meta.Quiet && cmd.Kind != KindMetaGet {
-			return dst
-		}
 		return appendFlags(append(dst, "HD"...), cmd, o)
 	}
 	dst = append(dst, "VA "...)
@@ -284,6 +286,9 @@ func appendMetaHit(dst []byte, cmd *Command, o *Outcome, withValue bool, value [
 func appendFlags(dst []byte, cmd *Command, o *Outcome) []byte {
 	m := &cmd.Meta
 	for _, f := range m.Returns() {
+		if !returns(cmd.Kind, f) {
+			continue
+		}
 		switch f {
 		case 'c':
 			dst = strconv.AppendUint(append(dst, " c"...), o.CAS, 10)
@@ -295,7 +300,7 @@ func appendFlags(dst []byte, cmd *Command, o *Outcome) []byte {
 				dst[len(dst)-1] = '1'
 			}
 		case 'k':
-			dst = appendMetaKey(dst, m, cmd.Key)
+			dst = appendMetaKey(dst, m.keyBinary(cmd.Kind, o), cmd.Key)
 		case 'l':
 			dst = strconv.AppendInt(append(dst, " l"...), o.LastAccess, 10)
 		case 'O':
@@ -318,6 +323,20 @@ func appendFlags(dst []byte, cmd *Command, o *Outcome) []byte {
 	return append(dst, crlf...)
 }
 
+// returns reports whether a command of kind k emits return flag f:
+// mg all of them, ms O k c, ma O k c t, md O k.
+func returns(k Kind, f byte) bool {
+	switch {
+	case f == 'O' || f == 'k' || k == KindMetaGet:
+		return true
+	case f == 'c':
+		return k == KindMetaSet || k == KindMetaArithmetic
+	case f == 't':
+		return k == KindMetaArithmetic
+	}
+	return false
+}
+
 // appendEcho appends the flags memcached echoes on a miss or failure: the
 // opaque and the key, in request order.
 func appendEcho(dst []byte, cmd *Command) []byte {
@@ -325,12 +344,23 @@ func appendEcho(dst []byte, cmd *Command) []byte {
 	for _, f := range m.Returns() {
 		switch f {
 		case 'k':
-			dst = appendMetaKey(dst, m, cmd.Key)
+			dst = appendMetaKey(dst, m.Base64, cmd.Key)
 		case 'O':
 			dst = append(append(dst, " O"...), m.Opaque...)
 		}
 	}
 	return append(dst, crlf...)
+}
+
+// keyBinary reports whether the k flag shows the key in base64. memcached
+// prints the key of the item it holds: on an mg hit and after an ms append
+// or prepend that is an older item (Outcome.KeyBinary: stored with b);
+// elsewhere the request decides.
+func (m *Meta) keyBinary(k Kind, o *Outcome) bool {
+	if k == KindMetaGet || k == KindMetaSet && (m.Mode == ModeAppend || m.Mode == ModePrepend) {
+		return o.KeyBinary
+	}
+	return m.Base64
 }
 
 // itemOverhead makes me's size memcached's item size: a 56-byte header

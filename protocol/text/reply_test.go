@@ -16,6 +16,9 @@ var metaReplyCases = []struct {
 	want string
 }{
 	// ms k 2 T0 F5 c → mg k v f t c s k O123 q
+	{"mg azE= b k v\r\n", Outcome{Status: StatusHit, Value: []byte("z"), KeyBinary: true}, "VA 1 kazE= b\r\nz\r\n"},
+	{"mg azE= b k v\r\n", Outcome{Status: StatusHit, Value: []byte("z")}, "VA 1 kk1\r\nz\r\n"},
+	{"mg k1 k v\r\n", Outcome{Status: StatusHit, Value: []byte("z"), KeyBinary: true}, "VA 1 kazE= b\r\nz\r\n"},
 	{"mg k v f t c s k O123 q\r\n", Outcome{Status: StatusHit, Value: []byte("hi"), Flags: 5, CAS: 2, TTL: -1},
 		"VA 2 f5 t-1 c2 s2 kk O123\r\nhi\r\n"},
 	{"mg k h l t v\r\n", Outcome{Status: StatusHit, Value: []byte("hi"), TTL: -1, Fetched: true, LastAccess: 1},
@@ -42,6 +45,7 @@ var metaReplyCases = []struct {
 	{"ma n N0 J13 v\r\n", Outcome{Status: StatusNumber, Number: 13}, "VA 2\r\n13\r\n"},
 	{"ma n MD D20 v t c\r\n", Outcome{Status: StatusNumber, Number: 0, TTL: -1, CAS: 5}, "VA 1 t-1 c5\r\n0\r\n"},
 	{"ma n q\r\n", Outcome{Status: StatusNumber, Number: 1}, ""},
+	{"ma n q v O9\r\n", Outcome{Status: StatusNumber, Number: 1}, ""},
 	{"ma n\r\n", Outcome{Status: StatusNonNumeric}, "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"},
 	{"mn\r\n", Outcome{}, "MN\r\n"},
 	// set a 0 100 2 / hi; ms azE= 1 b / z; set c 0 0 1 / x; get c
