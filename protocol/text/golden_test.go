@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // Golden transcripts live in testdata/*.txt, one connection per block:
@@ -49,9 +48,10 @@ func TestCaptureGolden(t *testing.T) {
 			continue
 		}
 		addr := startMemcached(t)
-		out, closed := ask(t, addr, []byte(tc.in), 200*time.Millisecond)
+		in, sentinel := withSentinel(tc.in)
+		out, closed := ask(t, addr, in, sentinel)
 		fmt.Fprintf(&b, "\n--- %s\n", tc.name)
-		writeQuoted(&b, '>', []byte(tc.in))
+		writeQuoted(&b, '>', in)
 		writeQuoted(&b, '<', out)
 		if closed {
 			b.WriteString("= closed\n")

@@ -31,6 +31,13 @@ func newModel(maxValue int) *model {
 // run feeds in as one read and returns the replies and whether the
 // connection was closed.
 func (m *model) run(in []byte) (out []byte, closed bool) {
+	out, closed, _ = m.runRest(in)
+	return out, closed
+}
+
+// runRest is run that also reports whether input was left waiting for
+// more (an incomplete command or a swallow not done).
+func (m *model) runRest(in []byte) (out []byte, closed, pending bool) {
 	var cmd Command
 	for len(in) > 0 {
 		n, err := Decode(in, m.opts, &cmd)
@@ -38,28 +45,28 @@ func (m *model) run(in []byte) (out []byte, closed bool) {
 		if errors.As(err, &e) {
 			in = in[n:]
 			if e.Swallow > len(in) {
-				return out, false // memcached sends the reply once the swallow is done
+				return out, false, true // memcached sends the reply once the swallow is done
 			}
 			if e.Unlink {
 				delete(m.items, string(cmd.Key))
 			}
 			out = append(out, e.Reply...)
 			if e.Close {
-				return out, true
+				return out, true, false
 			}
 			in = in[e.Swallow:]
 			continue
 		}
 		if n == 0 {
-			return out, false
+			return out, false, true
 		}
 		in = in[n:]
 		if cmd.Kind == KindQuit {
-			return out, true
+			return out, true, false
 		}
 		out = m.exec(out, &cmd)
 	}
-	return out, false
+	return out, false, false
 }
 
 func (m *model) store(key []byte, value []byte, flags uint32, ttl int64) *modelItem {

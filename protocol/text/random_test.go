@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestRandomPipelines sends seeded random pipelines of classic and meta
@@ -30,9 +29,9 @@ func TestRandomPipelines(t *testing.T) {
 		for range perSeed {
 			g.command(&in)
 		}
-		in.WriteString("mn\r\n")
+		in.WriteString(sentinelCommand)
 		total += perSeed
-		want, wantClosed := ask(t, addr, in.Bytes(), 300*time.Millisecond)
+		want, wantClosed := ask(t, addr, in.Bytes(), true)
 		got, gotClosed := newModel(1 << 20).run(in.Bytes())
 		want, got = normalizeCAS(want), normalizeCAS(got)
 		if !bytes.Equal(got, want) || gotClosed != wantClosed {
