@@ -186,13 +186,18 @@ type Command struct {
 	err      Error
 }
 
+// reset clears the fields Decode sets, keeping the Keys backing array and
+// leaving the scratch arrays (inline keys, base64 key) as they are.
 func (c *Command) reset() {
 	keys := c.Keys[:0]
-	*c = Command{}
 	if cap(keys) == 0 {
 		keys = c.keys[:0]
 	}
-	c.Keys = keys
+	c.Kind, c.Key, c.Keys, c.Value = KindNone, nil, keys, nil
+	c.Flags, c.Exptime, c.CAS, c.Delta, c.Level = 0, 0, 0, 0, 0
+	c.NoReply, c.HasArg, c.declared = false, false, 0
+	c.Meta = Meta{}
+	c.err = Error{}
 }
 
 // DecodeOptions are the limits Decode applies.

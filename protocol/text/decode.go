@@ -235,14 +235,41 @@ func (c *Command) parseOther(tk *tokens) *Error {
 	return nil
 }
 
-var kindByName = map[string]Kind{"get": KindGet, "gets": KindGets, "gat": KindGat, "gats": KindGats,
-	"set": KindSet, "add": KindAdd, "replace": KindReplace, "append": KindAppend,
-	"prepend": KindPrepend, "cas": KindCas, "incr": KindIncr, "decr": KindDecr}
+// kindOf names the classic commands whose parsers share code.
+func kindOf(name []byte) Kind {
+	switch string(name) {
+	case "get":
+		return KindGet
+	case "gets":
+		return KindGets
+	case "gat":
+		return KindGat
+	case "gats":
+		return KindGats
+	case "set":
+		return KindSet
+	case "add":
+		return KindAdd
+	case "replace":
+		return KindReplace
+	case "append":
+		return KindAppend
+	case "prepend":
+		return KindPrepend
+	case "cas":
+		return KindCas
+	case "incr":
+		return KindIncr
+	case "decr":
+		return KindDecr
+	}
+	return KindNone
+}
 
 // parseRetrieval parses get/gets/gat/gats; the keys beyond memcached's
 // token window are split from the rest of the line.
 func (c *Command) parseRetrieval(tk *tokens) *Error {
-	c.Kind = kindByName[string(tk.t[0])]
+	c.Kind = kindOf(tk.t[0])
 	first := 1
 	if c.Kind == KindGat || c.Kind == KindGats {
 		exp, ok := parseInt32(tk.t[1])
@@ -272,7 +299,7 @@ func (c *Command) parseRetrieval(tk *tokens) *Error {
 // parseUpdate parses set/add/replace/append/prepend/cas; data then reads
 // the declared number of bytes.
 func (c *Command) parseUpdate(tk *tokens) *Error {
-	c.Kind = kindByName[string(tk.t[0])]
+	c.Kind = kindOf(tk.t[0])
 	c.NoReply = tk.noreply()
 	c.Key = tk.t[1]
 	if len(c.Key) > MaxKeyLen {
@@ -300,7 +327,7 @@ func (c *Command) parseUpdate(tk *tokens) *Error {
 // and the number parsers that mirror memcached's safe_strto* helpers.
 
 func (c *Command) parseArithmetic(tk *tokens) *Error {
-	c.Kind = kindByName[string(tk.t[0])]
+	c.Kind = kindOf(tk.t[0])
 	c.NoReply = tk.noreply()
 	c.Key = tk.t[1]
 	if len(c.Key) > MaxKeyLen {
