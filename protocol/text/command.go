@@ -28,7 +28,7 @@ var (
 // decoded line the caller must discard (the data block of a refused storage
 // command; it may not have arrived yet).
 type Error struct {
-	Reply   []byte // the reply line with its "\r\n"; empty when Close says to hang up silently
+	Reply   []byte // the reply line with its "\r\n"; empty: send nothing (classic noreply, or a silent close)
 	Close   bool   // close the connection after sending Reply
 	Swallow int    // bytes after the consumed line to discard, possibly across reads
 	Unlink  bool   // delete the command's key: memcached drops the old item of a too-large set
