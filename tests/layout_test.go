@@ -13,6 +13,7 @@ import (
 // standard library is always allowed. Packages not listed (tests) are free.
 var allowedImports = map[string][]string{
 	"kvd/protocol/binary": {},
+	"kvd/protocol/text":   {},
 	"kvd/gauge":           {},
 	"kvd/probe":           {},
 	"kvd/config":          {},
