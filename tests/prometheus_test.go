@@ -132,8 +132,9 @@ func checkNeighbourLatency(t *testing.T, p *prometheus, b *board) {
 		t.Errorf("per-bucket read p99: %v; want the limited and reader1 buckets (needs the latency histograms wired)", p99)
 		return
 	}
+	t.Logf("read p99 on the board: limited (parked by its hard limit) %.3gs, reader1 %.3gs", limited, reader)
 	if limited < 0.1 || limited < 4*reader {
-		t.Errorf("read p99: limited %.4fs, reader1 %.4fs; want the parked tenant ≥ 100 ms and ≥ 4× its neighbour", limited, reader)
+		t.Errorf("read p99: limited %.3gs, reader1 %.3gs; want the parked tenant ≥ 100 ms and ≥ 4× its neighbour", limited, reader)
 	}
 }
 
