@@ -24,6 +24,7 @@ import (
 const (
 	alertRules      = "../deploy/prometheus/kvd-alerts.yml"
 	alertRulesTests = "../deploy/prometheus/kvd-alerts_test.yml"
+	scrapeConfig    = "../deploy/prometheus.yml"
 	dashboardFile   = "../deploy/grafana/kvd-dashboard.json"
 )
 
@@ -37,13 +38,15 @@ var toolPackages = map[string]string{
 	"promtool":    "prometheus",
 }
 
-// TestAlertRules runs `promtool check rules` on the shipped alert rules and
+// TestAlertRules runs `promtool check rules` on the shipped alert rules,
 // `promtool test rules` on their unit tests (a firing and a silent case per
-// rule).
+// rule) and `promtool check config` on the shipped scrape config, which
+// loads the rules.
 func TestAlertRules(t *testing.T) {
 	t.Parallel()
 	promtool := requireTool(t, "promtool")
-	for _, args := range [][]string{{"check", "rules", alertRules}, {"test", "rules", alertRulesTests}} {
+	for _, args := range [][]string{
+		{"check", "rules", alertRules}, {"test", "rules", alertRulesTests}, {"check", "config", scrapeConfig}} {
 		out, err := exec.Command(promtool, args...).CombinedOutput()
 		if err != nil {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
