@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -144,14 +145,25 @@ func (b *board) checkLayout(t *testing.T) {
 // selectorRE finds kvd series selectors with their optional range.
 var selectorRE = regexp.MustCompile(`\b(kvd_\w+)\s*(\{[^}]*\})?\s*(\[[^\]]*\])?`)
 
-// checkTypes: counters (and histogram series) are read only through a rate
-// window of $__rate_interval, gauges never through a window. types maps a
-// metric family to its type as Prometheus's metadata API reports it.
-func (b *board) checkTypes(t *testing.T, types map[string]string) {
+// matcherRE finds the equality and regexp label matchers of a selector.
+var matcherRE = regexp.MustCompile(`(\w+)\s*(=~|=)\s*"([^"]*)"`)
+
+// runTimeLabels are labels whose values come from the run (bucket names,
+// targets, histogram bounds), not from kvd's code.
+var runTimeLabels = map[string]bool{"bucket": true, "instance": true, "job": true, "le": true}
+
+// checkSelectors: counters (and histogram series) are read only through a
+// rate window of $__rate_interval, gauges never through a window (types
+// maps a metric family to its type as Prometheus's metadata API reports
+// it); and every literal label value a selector names (each alternative of
+// pool=~"read|write") is one the metric has, so that a misspelt alternative
+// cannot hide behind the others' data.
+func (b *board) checkSelectors(t *testing.T, p *prometheus, types map[string]string) {
 	t.Helper()
 	for _, q := range b.queries() {
 		for _, m := range selectorRE.FindAllStringSubmatch(q.expr, -1) {
 			name, window := m[1], m[3]
+			p.checkLabelValues(t, q.where, name, m[2])
 			typ := types[name]
 			for _, suffix := range []string{"_bucket", "_count", "_sum"} {
 				if base, ok := strings.CutSuffix(name, suffix); ok && types[base] == "histogram" {
@@ -235,7 +247,10 @@ func (b *board) checkVariable(t *testing.T, p *prometheus, v boardVariable) {
 }
 
 // prometheus is a running Prometheus, spoken to through its HTTP API.
-type prometheus struct{ addr string }
+type prometheus struct {
+	addr        string
+	labelValues map[string][]string // "metric/label" → values, cached by checkLabelValues
+}
 
 type promSample struct {
 	metric map[string]string
@@ -308,6 +323,32 @@ func parseSampleValue(t *testing.T, v any) float64 {
 		t.Fatalf("sample value %v: %v", v, err)
 	}
 	return f
+}
+
+// checkLabelValues fails for a literal matcher value that metric does not
+// have (values are looked up once per metric and label).
+func (p *prometheus) checkLabelValues(t *testing.T, where, metric, braces string) {
+	t.Helper()
+	for _, m := range matcherRE.FindAllStringSubmatch(braces, -1) {
+		label, values := m[1], m[3]
+		if runTimeLabels[label] || strings.ContainsAny(values, "$.*+?()[]") {
+			continue
+		}
+		key := metric + "/" + label
+		if p.labelValues == nil {
+			p.labelValues = map[string][]string{}
+		}
+		have, ok := p.labelValues[key]
+		if !ok {
+			p.get(t, "/api/v1/label/"+label+"/values?"+url.Values{"match[]": {metric}}.Encode(), &have)
+			p.labelValues[key] = have
+		}
+		for _, v := range strings.Split(values, "|") {
+			if !slices.Contains(have, v) {
+				t.Errorf("%s: %s{%s=%q}: %q is not a value of %s (it has %v)", where, metric, label, values, v, label, have)
+			}
+		}
+	}
 }
 
 // waitFor polls until expr returns data.
