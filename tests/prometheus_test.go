@@ -273,19 +273,12 @@ scrape_configs:
 		"--web.listen-address="+p.addr, "--log.level=warn")
 	log := new(lockedBuffer)
 	cmd.Stdout, cmd.Stderr = log, log
-	dieWithTest(cmd)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
+	t.Cleanup(func() { // runs after startHelper's kill
 		if t.Failed() {
 			t.Logf("prometheus log:\n%s", log.String())
 		}
 	})
+	done := startHelper(t, cmd)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		if res, err := http.Get("http://" + p.addr + "/-/ready"); err == nil {
