@@ -21,6 +21,11 @@ import (
 // So when a tenant's p99 grows, the board shows whether its own hard limit
 // (parked), the node's tickets (queued) or the work itself grew.
 //
+// A bucket's histograms are a bucketLatency; a connection records each
+// answered command in its latencyLog when the reply is encoded, and the log
+// observes them all right after the pass's single write, with one clock
+// reading per pass.
+//
 // The histograms are hand-rolled rather than client_golang Histograms: an
 // observation is an index computed with one bit scan and two atomic adds,
 // with no float arithmetic, no bucket search and no hot/cold swap, and
@@ -120,6 +125,50 @@ func (l *bucketLatency) command(class int, total, parked, queued time.Duration) 
 	if queued > 0 {
 		l.h[latencyQueued][class].observe(queued)
 	}
+}
+
+// pendingLatency is an answered command whose reply is encoded but not yet
+// written: its end-to-end observation waits for the write.
+type pendingLatency struct {
+	lat            *bucketLatency
+	class          int
+	startNS        int64 // its frame complete, Unix nanoseconds
+	parked, queued time.Duration
+}
+
+// maxPendingKept bounds the capacity latencyLog keeps between passes, so that
+// one huge pipeline does not pin its memory on an idle connection.
+const maxPendingKept = 256
+
+// latencyLog holds a connection's commands answered during one loop pass
+// until the pass's replies are written, then observes them all with one
+// clock reading: "reply written" is the write itself, and the clock is read
+// once per pass, not per command. It belongs to the connection's loop and is
+// not safe for concurrent use. The zero value is ready; it allocates only
+// while growing to the longest pass (up to maxPendingKept entries it keeps).
+type latencyLog struct {
+	pending []pendingLatency
+}
+
+// add records an answered command of the bucket whose histograms are lat.
+func (l *latencyLog) add(lat *bucketLatency, class int, start time.Time, parked, queued time.Duration) {
+	l.pending = append(l.pending, pendingLatency{lat, class, start.UnixNano(), parked, queued})
+}
+
+// written observes every recorded command as written at now and empties the
+// log.
+func (l *latencyLog) written(now time.Time) {
+	nowNS := now.UnixNano()
+	for i := range l.pending {
+		p := &l.pending[i]
+		p.lat.command(p.class, time.Duration(nowNS-p.startNS), p.parked, p.queued)
+	}
+	clear(l.pending) // drop the bucket pointers: a deleted bucket is not kept alive
+	if cap(l.pending) > maxPendingKept {
+		l.pending = nil
+		return
+	}
+	l.pending = l.pending[:0]
 }
 
 var (

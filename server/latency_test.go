@@ -143,6 +143,79 @@ func TestLatencyObserveAllocs(t *testing.T) {
 	}
 }
 
+func TestLatencyLog(t *testing.T) {
+	var a, b bucketLatency
+	var log latencyLog
+	t0 := time.Unix(1000, 0)
+	log.add(&a, classRead, t0, 0, 0)
+	log.add(&a, classWrite, t0.Add(time.Millisecond), 500*time.Microsecond, 0)
+	log.add(&b, classRead, t0, 0, 3*time.Millisecond)
+	log.written(t0.Add(4 * time.Millisecond))
+	if len(log.pending) != 0 {
+		t.Fatalf("%d pending after written", len(log.pending))
+	}
+	for _, c := range []struct {
+		name  string
+		h     *latencyHist
+		count uint64
+		sumNS int64
+	}{
+		{"a read", &a.h[latencyEndToEnd][classRead], 1, 4e6},
+		{"a write", &a.h[latencyEndToEnd][classWrite], 1, 3e6},
+		{"a write parked", &a.h[latencyParked][classWrite], 1, 5e5},
+		{"a read parked", &a.h[latencyParked][classRead], 0, 0},
+		{"b read", &b.h[latencyEndToEnd][classRead], 1, 4e6},
+		{"b read queued", &b.h[latencyQueued][classRead], 1, 3e6},
+	} {
+		_, count, _ := c.h.snapshot()
+		if count != c.count || c.h.sumNS.Load() != c.sumNS {
+			t.Errorf("%s: count %d sum %d ns, want %d and %d", c.name, count, c.h.sumNS.Load(), c.count, c.sumNS)
+		}
+	}
+	// A huge pass does not pin its memory.
+	for range maxPendingKept + 1 {
+		log.add(&a, classRead, t0, 0, 0)
+	}
+	log.written(t0)
+	if cap(log.pending) > maxPendingKept {
+		t.Errorf("kept capacity %d after a huge pass, want ≤ %d", cap(log.pending), maxPendingKept)
+	}
+}
+
+// TestLatencyLogAllocs: a loop pass of 64 answered commands, once the log
+// has grown, allocates nothing.
+func TestLatencyLogAllocs(t *testing.T) {
+	var lat bucketLatency
+	var log latencyLog
+	now := time.Unix(1000, 0)
+	pass := func() {
+		for i := range 64 {
+			log.add(&lat, i&1, now, 0, 0)
+		}
+		now = now.Add(time.Millisecond)
+		log.written(now)
+	}
+	pass()
+	if n := testing.AllocsPerRun(100, pass); n != 0 {
+		t.Errorf("a pass of 64 commands: %v allocations, want 0", n)
+	}
+}
+
+// BenchmarkLatencyLog is the per-command cost of the connection path's
+// recording: add when the reply is encoded, observe after the write.
+func BenchmarkLatencyLog(b *testing.B) {
+	var lat bucketLatency
+	var log latencyLog
+	now := time.Unix(1000, 0)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		log.add(&lat, i&1, now, 0, 0)
+		if i&15 == 15 {
+			log.written(now.Add(time.Duration(i&1023) * time.Microsecond))
+		}
+	}
+}
+
 // durations is a spread of observations from 1 µs to ~1 s.
 func benchDurations() []time.Duration {
 	ds := make([]time.Duration, 1024)
