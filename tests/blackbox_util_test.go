@@ -146,18 +146,9 @@ func startMemcached(t testing.TB) string {
 		args = append(args, "-u", "root") // memcached refuses to run as root otherwise
 	}
 	cmd := exec.Command(bin, args...)
-	dieWithTest(cmd)
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
+	done := startHelper(t, cmd)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
@@ -172,4 +163,22 @@ func startMemcached(t testing.TB) string {
 	}
 	t.Fatalf("memcached did not accept on %s", addr)
 	return ""
+}
+
+// startHelper starts an external server for the test and kills it when the
+// test ends (or the test binary dies). The channel is closed once the
+// process has exited.
+func startHelper(t testing.TB, cmd *exec.Cmd) <-chan struct{} {
+	t.Helper()
+	dieWithTest(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	return done
 }

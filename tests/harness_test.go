@@ -50,7 +50,7 @@ func requireTool(t testing.TB, name string) string {
 	if err == nil {
 		return p
 	}
-	msg := fmt.Sprintf("MISSING TOOL %q: install it with `apt-get install -y libmemcached-tools memcached`", name)
+	msg := fmt.Sprintf("MISSING TOOL %q: install it with `apt-get install -y %s`", name, toolPackages[name])
 	if os.Getenv("KVD_REQUIRE_TOOLS") == "1" {
 		t.Fatal(msg)
 	}
