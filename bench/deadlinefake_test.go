@@ -31,6 +31,7 @@ type deadlineFake struct {
 
 	mu       sync.Mutex
 	settings map[string]map[string]any // guarded by mu
+	creators map[string]string         // guarded by mu: bucket → user who last configured it
 	accepted float64                   // guarded by mu: workers' worth of demand accepted
 	estimate time.Duration             // guarded by mu: moving average of measured service times
 	conns    map[net.Conn]bool         // guarded by mu
@@ -46,7 +47,7 @@ func startDeadlineFake(t *testing.T, workers int, service time.Duration) *deadli
 	}
 	f := &deadlineFake{
 		ln: ln, workers: workers, service: service, xerror: true, jobs: make(chan func(), 1<<16),
-		settings: map[string]map[string]any{}, conns: map[net.Conn]bool{},
+		settings: map[string]map[string]any{}, creators: map[string]string{}, conns: map[net.Conn]bool{},
 	}
 	var workersWG sync.WaitGroup
 	for range workers {
@@ -114,7 +115,7 @@ func (f *deadlineFake) serve(nc net.Conn) {
 	defer wg.Wait()
 	defer close(replies)
 	r := bufio.NewReader(nc)
-	bucket := ""
+	var st fakeConn
 	var req mc.Request
 	for {
 		frame, err := readFrame(r)
@@ -126,12 +127,12 @@ func (f *deadlineFake) serve(nc net.Conn) {
 		}
 		ch := make(chan []byte, 1)
 		replies <- ch
-		f.handle(&req, &bucket, ch)
+		f.handle(&req, &st, ch)
 	}
 }
 
 // handle answers one request on ch, at once or from a worker.
-func (f *deadlineFake) handle(req *mc.Request, bucket *string, ch chan []byte) {
+func (f *deadlineFake) handle(req *mc.Request, st *fakeConn, ch chan []byte) {
 	opcode, opaque, alt := req.Opcode, req.Opaque, req.Alt() // req is reused for the next frame
 	reply := func(res mc.Response) {
 		res.Opcode, res.Opaque = opcode, opaque
@@ -140,21 +141,26 @@ func (f *deadlineFake) handle(req *mc.Request, bucket *string, ch chan []byte) {
 	switch req.Opcode {
 	case mc.OpHello:
 		reply(mc.Response{Value: append([]byte(nil), req.Value...)})
-	case mc.OpNoop, mc.OpSASLAuth:
+	case mc.OpNoop:
+		reply(mc.Response{})
+	case mc.OpSASLAuth:
+		if parts := splitPlain(req.Value); len(parts) == 3 {
+			st.user = parts[1]
+		}
 		reply(mc.Response{})
 	case mc.OpCreateBucket, mc.OpSetBucketThrottle:
-		reply(f.configure(req))
+		reply(f.configure(req, st.user))
 	case mc.OpSelectBucket:
-		*bucket = string(req.Key)
+		st.bucket = string(req.Key)
 		reply(mc.Response{})
 	case mc.OpSet:
-		f.set(*bucket, req, reply)
+		f.set(st.bucket, req, reply)
 	default:
 		reply(mc.Response{Status: mc.StatusUnknownCommand})
 	}
 }
 
-func (f *deadlineFake) configure(req *mc.Request) mc.Response {
+func (f *deadlineFake) configure(req *mc.Request, user string) mc.Response {
 	var s map[string]any
 	if err := json.Unmarshal(req.Value, &s); err != nil {
 		return mc.Response{Status: mc.StatusInvalidArguments, Value: []byte(err.Error())}
@@ -166,6 +172,7 @@ func (f *deadlineFake) configure(req *mc.Request) mc.Response {
 		return mc.Response{Status: mc.StatusKeyExists}
 	}
 	f.settings[string(req.Key)] = s
+	f.creators[string(req.Key)] = user
 	return mc.Response{}
 }
 

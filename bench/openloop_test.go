@@ -178,9 +178,10 @@ func TestSweepFakeServer(t *testing.T) {
 	var progress int
 	res, err := Sweep(context.Background(), SweepOptions{
 		Point: OpenLoopOptions{
-			Addr: f.addr(), User: "admin", Password: "pw", Conns: 32,
+			Addr: f.addr(), User: "bench", Password: "pw", Conns: 32,
 			Duration: 600 * time.Millisecond, Warmup: 200 * time.Millisecond, DialTimeout: time.Second,
 		},
+		AdminUser: "admin", AdminPassword: "secret",
 		Loads: []float64{0.5, 1.5}, Percentiles: []int{90}, CapacityConns: 16,
 		Progress: func(*SweepPoint) { progress++ },
 	})
@@ -207,6 +208,13 @@ func TestSweepFakeServer(t *testing.T) {
 	if off := res.Points[2]; off.Gate || off.Rejected != 0 {
 		t.Errorf("gate off at 1.5×: %+v", off.OpenLoopCounts)
 	}
+	f.mu.Lock()
+	for b, u := range f.creators {
+		if u != "admin" {
+			t.Errorf("bucket %s configured by %q, want the admin user", b, u)
+		}
+	}
+	f.mu.Unlock()
 	checkSweepOutputs(t, res)
 }
 

@@ -39,9 +39,14 @@ const (
 type SweepOptions struct {
 	// Point is the template of every point: Addr, User, Password, Conns,
 	// Arrivals, Duration, Warmup, Grace, ValueSize, Keys, Seed, DialTimeout.
-	// Its Bucket, Rate and Deadline are set per point. The user must be
-	// allowed to create buckets (BucketThrottleManagement) and select them.
+	// Its Bucket, Rate and Deadline are set per point. Its user must be
+	// allowed to select the buckets and must not be Unthrottled (kvd exempts
+	// Unthrottled connections from tickets, and so from the gate).
 	Point OpenLoopOptions
+
+	// AdminUser and AdminPassword authenticate the connection that creates the
+	// buckets (BucketThrottleManagement); empty AdminUser means Point's user.
+	AdminUser, AdminPassword string
 
 	Deadline          time.Duration // deadline_ms of the gated points (default 50 ms)
 	ExpectedExecution time.Duration // expected_execution_us of the gated points (default 2 ms)
@@ -92,6 +97,9 @@ func (o *SweepOptions) EnsureDefaults() {
 	}
 	if o.CapacityDuration == 0 {
 		o.CapacityDuration = o.Point.Duration
+	}
+	if o.AdminUser == "" {
+		o.AdminUser, o.AdminPassword = o.Point.User, o.Point.Password
 	}
 	if o.Settings == nil {
 		o.Settings = map[string]any{"reserved": "unlimited"}
@@ -196,7 +204,7 @@ func Sweep(ctx context.Context, o SweepOptions) (*SweepResult, error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		if err := ApplyBucket(ctx, &o.Point, ps.Bucket, ps.Settings); err != nil {
+		if err := o.apply(ctx, ps.Bucket, ps.Settings); err != nil {
 			return res, err
 		}
 		po := o.Point
@@ -218,7 +226,7 @@ func Sweep(ctx context.Context, o SweepOptions) (*SweepResult, error) {
 // o.Settings, and returns the completed ops/s.
 func MeasureCapacity(ctx context.Context, o *SweepOptions) (float64, error) {
 	name := o.Prefix + "-capacity"
-	if err := ApplyBucket(ctx, &o.Point, name, o.Settings); err != nil {
+	if err := o.apply(ctx, name, o.Settings); err != nil {
 		return 0, err
 	}
 	p := &o.Point
@@ -239,9 +247,16 @@ func MeasureCapacity(ctx context.Context, o *SweepOptions) (float64, error) {
 	return r.Total.OpsPerSec(), nil
 }
 
+// apply is ApplyBucket as the admin user.
+func (o *SweepOptions) apply(ctx context.Context, name string, settings map[string]any) error {
+	admin := o.Point
+	admin.User, admin.Password = o.AdminUser, o.AdminPassword
+	return ApplyBucket(ctx, &admin, name, settings)
+}
+
 // ApplyBucket creates bucket name with settings (CREATE_BUCKET, JSON value),
 // or, if it exists (0x02), applies them with SetBucketThrottleProperties
-// (0x2a), on an admin connection authenticated as p.User.
+// (0x2a), on a connection to p.Addr authenticated as p.User.
 func ApplyBucket(ctx context.Context, p *OpenLoopOptions, name string, settings map[string]any) error {
 	js, err := json.Marshal(settings)
 	if err != nil {

@@ -22,13 +22,16 @@ many connections; latency from each command's scheduled send time), from 0.5× t
 2× the capacity (closed-loop synced-SET throughput with 512 connections, measured
 first unless --capacity is given), with the gate off and with deadline_percentile
 50, 90 and 99. Each point creates its bucket <prefix>-off-x<load> or
-<prefix>-p<pct>-x<load> with CREATE_BUCKET (or updates it with 0x2a) as --user,
-who needs BucketThrottleManagement.
+<prefix>-p<pct>-x<load> with CREATE_BUCKET (or updates it with 0x2a) as
+--admin-user, who needs BucketThrottleManagement; the load runs as --user, who
+must be able to select those buckets and must NOT be Unthrottled (kvd exempts
+Unthrottled connections from tickets, and so from the deadline gate).
 
 usage: kvbench deadline [flags]
 
 example:
-  kvbench deadline --addr 127.0.0.1:11211 --user admin --password change-me \
+  kvbench deadline --addr 127.0.0.1:11211 --admin-user admin --admin-password change-me \
+      --user bench --password bench \
       --csv deadline.csv --png deadline.png
 
 flags:
@@ -53,8 +56,10 @@ func parseDeadlineFlags(args []string, stderr io.Writer) (bench.SweepOptions, de
 	pcts := intList(bench.DefaultSweepPercentiles)
 	arrivals, settings := "poisson", `{"reserved":"unlimited"}`
 	fs.StringVar(&p.Addr, "addr", bench.DefaultAddr, "server `HOST:PORT`")
-	fs.StringVar(&p.User, "user", "", "SASL PLAIN `user` allowed to create and select the buckets")
+	fs.StringVar(&p.User, "user", "", "SASL PLAIN `user` of the load (selects the buckets; not Unthrottled)")
 	fs.StringVar(&p.Password, "password", "", "SASL PLAIN `password`")
+	fs.StringVar(&o.AdminUser, "admin-user", "", "SASL PLAIN `user` that creates the buckets (default --user)")
+	fs.StringVar(&o.AdminPassword, "admin-password", "", "`password` of --admin-user")
 	fs.IntVar(&p.Conns, "conns", bench.DefaultOpenLoopConns, "open-loop `connections` per point")
 	fs.StringVar(&arrivals, "arrivals", arrivals, "arrival process: `poisson` or fixed")
 	fs.DurationVar(&p.Duration, "duration", bench.DefaultSweepPointDuration, "measured `time` per point")
