@@ -141,6 +141,7 @@ func (r *SweepResult) goodputPlot() (*plot.Plot, error) {
 	p.Y.Label.Text = "goodput (ops/s)"
 	p.X.Min, p.Y.Min = 0, 0
 	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.XOffs, p.Legend.YOffs = vg.Points(12), vg.Points(-4)
 	p.Add(plotter.NewGrid())
 	for i, g := range r.gates() {
 		var xys plotter.XYs
@@ -180,7 +181,8 @@ func (r *SweepResult) cdfPlot() (*plot.Plot, error) {
 	p.Y.Label.Text = "fraction of completed commands"
 	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
 	p.Y.Min, p.Y.Max = 0, 1
-	p.Legend.Top, p.Legend.Left = false, false
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.XOffs, p.Legend.YOffs = vg.Points(12), vg.Points(-4)
 	p.Add(plotter.NewGrid())
 	for i, pt := range r.pointsAt(load) {
 		xys := ratioCDF(&pt.Latency, float64(r.Deadline))

@@ -220,11 +220,16 @@ func appendMicro(dst []byte, v int64) []byte {
 // the Grant with the command, through the ticket queue if it waits. A command granted
 // a ticket (or still queued at Tick) whose Grant has Passed is answered 0x86 and given
 // to Expire instead of being run. When the reply of a command that ran is ready (on
-// the worker), Done(grant, time from ticket to reply, success, now). The demand is
-// thus held from admission to completion, queue wait included, which is what bounds
-// the queue: the accepted commands' pXX execution times sum to at most capacity ×
-// deadline, so a FIFO pool of that many tickets works through all of them within
-// about one deadline.
+// the worker), Done(grant, time from ticket to reply, success, now).
+//
+// The demand is thus held from admission to completion, queue wait included, and
+// that is what bounds the wait: the accepted commands' pXX sum to at most capacity ×
+// deadline, and a pool of capacity tickets completes capacity commands per mean
+// execution time, so a command admitted into a full ledger waits about deadline ×
+// mean ÷ pXX for the commands ahead of it, then runs. The margin is pXX ÷ mean: ample
+// for p90 or p99 of a skewed distribution, none for p50 when the mean exceeds the
+// median (the seed's own caveat), and the gate charges nothing for buckets without a
+// deadline sharing the pool.
 //
 // Admit is two atomic loads and one compare-and-swap and does not allocate. Done
 // takes the class's mutex to insert into the window (O(256)) and recompute the
@@ -318,6 +323,8 @@ func (b *BucketDeadline) refreshLocked(c *classWindow) {
 // Grant to Done or Expire exactly once. ok false: refuse the command (0x86); the Grant
 // only explains why (AppendReason) and retryAfter estimates when enough demand frees.
 // A bucket without a deadline admits everything, with a Grant that holds no demand.
+// now stamps the Grant: the deadline counts from it, so pass the command's arrival
+// (its frame complete), not a later moment such as the end of a throttle wait.
 //
 // retryAfter is the time for the excess demand (accepted + own − capacity) to be
 // released if the pool keeps completing commands at full use: then demand frees at
