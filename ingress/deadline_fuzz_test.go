@@ -108,7 +108,7 @@ func (m *ledgerModel) check() {
 			m.t.Fatalf("%s ledger %d, held grants %d, largest limit %d", p, got, want[p], m.maxLimit[p])
 		}
 		for bi, b := range m.buckets {
-			ref := slices.Clone(lastN(m.inserts[bi][p], WindowSize))
+			ref := slices.Clone(lastSamples(m.inserts[bi][p], WindowSize))
 			slices.Sort(ref)
 			if got := b.AppendSorted(nil, p); !slices.Equal(got, ref) {
 				m.t.Fatalf("bucket %d %s window %v, want %v", bi, p, got, ref)

@@ -10,7 +10,7 @@ import (
 
 var dt0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // the deadline tests' clock
 
-func newBucket(t testing.TB, g *DeadlineGate, s DeadlineSettings) *BucketDeadline {
+func newDeadlineBucket(t testing.TB, g *DeadlineGate, s DeadlineSettings) *BucketDeadline {
 	t.Helper()
 	b, err := NewBucketDeadline(g, s)
 	if err != nil {
@@ -52,7 +52,7 @@ func TestDeadlineSettingsValidate(t *testing.T) {
 // admits again once one completes.
 func TestDeadlineAdmitUntilCapacity(t *testing.T) {
 	var g DeadlineGate
-	b := newBucket(t, &g, DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 90, ExpectedExecution: 10 * time.Millisecond})
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 90, ExpectedExecution: 10 * time.Millisecond})
 	var grants []Grant
 	for i := range 10 {
 		gr, ok, retry := b.Admit(Write, 2, dt0)
@@ -117,9 +117,9 @@ func TestDeadlineRetryEstimate(t *testing.T) {
 // a bucket without a deadline takes nothing and is never refused.
 func TestDeadlineLedgerSharedAcrossBuckets(t *testing.T) {
 	var g DeadlineGate
-	a := newBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: 5 * time.Millisecond})
-	b := newBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: 5 * time.Millisecond})
-	none := newBucket(t, &g, DeadlineSettings{})
+	a := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: 5 * time.Millisecond})
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: 5 * time.Millisecond})
+	none := newDeadlineBucket(t, &g, DeadlineSettings{})
 	if _, ok, _ := a.Admit(Read, 1, dt0); !ok {
 		t.Fatal("a refused")
 	}
@@ -148,7 +148,7 @@ func TestDeadlineLedgerSharedAcrossBuckets(t *testing.T) {
 // expected_execution_us; failures are not recorded.
 func TestDeadlineWindowDrivesDemand(t *testing.T) {
 	var g DeadlineGate
-	b := newBucket(t, &g, DeadlineSettings{Deadline: 100 * time.Millisecond, Percentile: 90, ExpectedExecution: 50 * time.Millisecond})
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 100 * time.Millisecond, Percentile: 90, ExpectedExecution: 50 * time.Millisecond})
 	gr, _, _ := b.Admit(Read, 10, dt0)
 	if gr.Demand() != Micro/2 || gr.PXX() != 50*time.Millisecond {
 		t.Fatalf("before samples: demand %d pxx %v", gr.Demand(), gr.PXX())
@@ -179,7 +179,7 @@ func TestDeadlineWindowDrivesDemand(t *testing.T) {
 
 func TestDeadlineMissedExpiredAndPassed(t *testing.T) {
 	var g DeadlineGate
-	b := newBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
 	gr, _, _ := b.Admit(Write, 4, dt0)
 	if gr.Passed(dt0.Add(10*time.Millisecond)) || !gr.Passed(dt0.Add(11*time.Millisecond)) {
 		t.Fatal("Passed wrong around the deadline")
@@ -205,7 +205,7 @@ func TestDeadlineMissedExpiredAndPassed(t *testing.T) {
 // below zero; it is counted instead.
 func TestDeadlineDoubleDoneClamps(t *testing.T) {
 	var g DeadlineGate
-	b := newBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
 	gr, _, _ := b.Admit(Read, 1, dt0)
 	b.Done(gr, 0, false, dt0)
 	b.Done(gr, 0, false, dt0)
@@ -230,7 +230,7 @@ func TestDeadlineDoubleDoneClamps(t *testing.T) {
 // exceeds capacity and returns to zero.
 func TestDeadlineConcurrentNoLeak(t *testing.T) {
 	var g DeadlineGate
-	b := newBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, Percentile: 90, ExpectedExecution: time.Millisecond})
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, Percentile: 90, ExpectedExecution: time.Millisecond})
 	const capacity = 3
 	var wg sync.WaitGroup
 	var over sync.Once
@@ -255,7 +255,7 @@ func TestDeadlineConcurrentNoLeak(t *testing.T) {
 
 func TestDeadlineAdmitDoesNotAllocate(t *testing.T) {
 	var g DeadlineGate
-	b := newBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
 	allocs := testing.AllocsPerRun(1000, func() {
 		gr, ok, _ := b.Admit(Write, 8, dt0)
 		if ok {
@@ -271,7 +271,7 @@ func TestDeadlineAdmitDoesNotAllocate(t *testing.T) {
 // room, and the release a completion makes.
 func BenchmarkDeadlineAdmit(b *testing.B) {
 	var g DeadlineGate
-	bd := newBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	bd := newDeadlineBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
 	b.ReportAllocs()
 	for b.Loop() {
 		gr, ok, _ := bd.Admit(Write, 8, dt0)
@@ -285,7 +285,7 @@ func BenchmarkDeadlineAdmit(b *testing.B) {
 // BenchmarkDeadlineAdmitRefused is the check when the pool is full.
 func BenchmarkDeadlineAdmitRefused(b *testing.B) {
 	var g DeadlineGate
-	bd := newBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	bd := newDeadlineBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
 	for {
 		if _, ok, _ := bd.Admit(Write, 1, dt0); !ok {
 			break
@@ -302,7 +302,7 @@ func BenchmarkDeadlineAdmitRefused(b *testing.B) {
 // BenchmarkDeadlineDone is the worker's part: release, window insert, new demand.
 func BenchmarkDeadlineDone(b *testing.B) {
 	var g DeadlineGate
-	bd := newBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	bd := newDeadlineBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		gr, _, _ := bd.Admit(Write, 8, dt0)
@@ -313,7 +313,7 @@ func BenchmarkDeadlineDone(b *testing.B) {
 // BenchmarkDeadlineAdmitParallel: every P admits and releases on one bucket.
 func BenchmarkDeadlineAdmitParallel(b *testing.B) {
 	var g DeadlineGate
-	bd := newBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	bd := newDeadlineBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

@@ -15,8 +15,8 @@ func refPercentile(samples []time.Duration, p int) time.Duration {
 	return s[max(k, 0)]
 }
 
-// lastN returns the last n elements of s.
-func lastN(s []time.Duration, n int) []time.Duration {
+// lastSamples returns the last n elements of s.
+func lastSamples(s []time.Duration, n int) []time.Duration {
 	return s[max(len(s)-n, 0):]
 }
 
@@ -81,7 +81,7 @@ func TestWindowMatchesReference(t *testing.T) {
 			if i%97 == 0 {
 				for p := 1; p <= 100; p++ {
 					got, _ := w.Percentile(p)
-					if want := refPercentile(lastN(all, WindowSize), p); got != want {
+					if want := refPercentile(lastSamples(all, WindowSize), p); got != want {
 						t.Fatalf("spread %d insert %d: p%d = %v, want %v", spread, i, p, got, want)
 					}
 				}
@@ -94,7 +94,7 @@ func TestWindowMatchesReference(t *testing.T) {
 // all.
 func checkWindow(t *testing.T, w *Window, all []time.Duration) {
 	t.Helper()
-	want := slices.Clone(lastN(all, WindowSize))
+	want := slices.Clone(lastSamples(all, WindowSize))
 	for i := range want {
 		want[i] = max(want[i], 0)
 	}
