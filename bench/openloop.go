@@ -412,17 +412,7 @@ func (oc *openConn) classify0x86(body []byte) {
 // `retry_after_us=N` (plain text).
 func retryAfter(body []byte) (time.Duration, bool) {
 	for _, field := range [][]byte{[]byte(`"retry_after_us"`), []byte("retry_after_us=")} {
-		i := bytes.Index(body, field)
-		if i < 0 {
-			continue
-		}
-		rest := bytes.TrimLeft(body[i+len(field):], " \t\r\n:")
-		var us int64
-		n := 0
-		for ; n < len(rest) && rest[n] >= '0' && rest[n] <= '9' && us < 1e12; n++ {
-			us = us*10 + int64(rest[n]-'0')
-		}
-		if n > 0 {
+		if us, ok := numberAfter(body, field); ok {
 			return time.Duration(us) * time.Microsecond, true
 		}
 	}
