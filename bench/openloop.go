@@ -171,17 +171,31 @@ type OpenLoopResult struct {
 	Latency      Histogram
 	ErrorSamples []string // the first few unexpected replies
 	Interrupted  bool
+	Measured     time.Duration // Duration, times the runs merged into this result
+}
+
+// Merge adds the figures of another run of the same point (Sweep's rounds).
+func (r *OpenLoopResult) Merge(o *OpenLoopResult) {
+	r.OpenLoopCounts.add(&o.OpenLoopCounts)
+	r.Latency.Merge(&o.Latency)
+	r.Measured += o.Measured
+	r.Interrupted = r.Interrupted || o.Interrupted
+	for _, s := range o.ErrorSamples {
+		if len(r.ErrorSamples) < maxSamples {
+			r.ErrorSamples = append(r.ErrorSamples, s)
+		}
+	}
 }
 
 // Offered is the measured arrival rate (scheduled commands per second).
-func (r *OpenLoopResult) Offered() float64 { return perSec(r.Scheduled, r.Options.Duration) }
+func (r *OpenLoopResult) Offered() float64 { return perSec(r.Scheduled, r.Measured) }
 
 // CompletedRate is the server's throughput: OK replies that arrived in the
 // measured interval, per second.
-func (r *OpenLoopResult) CompletedRate() float64 { return perSec(r.Finished, r.Options.Duration) }
+func (r *OpenLoopResult) CompletedRate() float64 { return perSec(r.Finished, r.Measured) }
 
 // Goodput is completions within the deadline per second.
-func (r *OpenLoopResult) Goodput() float64 { return perSec(r.Within, r.Options.Duration) }
+func (r *OpenLoopResult) Goodput() float64 { return perSec(r.Within, r.Measured) }
 
 // WithinFraction is the fraction of completed commands within the deadline.
 func (r *OpenLoopResult) WithinFraction() float64 { return frac(r.Within, r.Completed) }
@@ -234,7 +248,7 @@ func RunOpenLoop(ctx context.Context, o OpenLoopOptions) (*OpenLoopResult, error
 		wg.Go(func() { conns[i].run(ctx) })
 	}
 	wg.Wait()
-	res := &OpenLoopResult{Options: o, Interrupted: ctx.Err() != nil && time.Now().Before(end.Add(o.Grace))}
+	res := &OpenLoopResult{Options: o, Measured: o.Duration, Interrupted: ctx.Err() != nil && time.Now().Before(end.Add(o.Grace))}
 	for _, oc := range conns {
 		res.OpenLoopCounts.add(&oc.counts)
 		res.Latency.Merge(&oc.lat)

@@ -179,9 +179,9 @@ func TestSweepFakeServer(t *testing.T) {
 	res, err := Sweep(context.Background(), SweepOptions{
 		Point: OpenLoopOptions{
 			Addr: f.addr(), User: "bench", Password: "pw", Conns: 32,
-			Duration: 600 * time.Millisecond, Warmup: 200 * time.Millisecond, DialTimeout: time.Second,
+			Duration: 400 * time.Millisecond, Warmup: 200 * time.Millisecond, DialTimeout: time.Second,
 		},
-		AdminUser: "admin", AdminPassword: "secret",
+		AdminUser: "admin", AdminPassword: "secret", Rounds: 2,
 		Loads: []float64{0.5, 1.5}, Percentiles: []int{90}, CapacityConns: 16,
 		Progress: func(*SweepPoint) { progress++ },
 	})
@@ -191,10 +191,13 @@ func TestSweepFakeServer(t *testing.T) {
 	if !res.CapacityMeasured || res.Capacity < 50 || res.Capacity > 2100 {
 		t.Errorf("capacity %.0f ops/s, want at most 2000 (4 workers × 2 ms)", res.Capacity)
 	}
-	if len(res.Points) != 4 || progress != 4 {
-		t.Fatalf("%d points, %d progress calls; want 4", len(res.Points), progress)
+	if len(res.Points) != 4 || progress != 8 {
+		t.Fatalf("%d points, %d progress calls; want 4 points run twice", len(res.Points), progress)
 	}
 	for _, p := range res.Points {
+		if p.Measured != 800*time.Millisecond || math.Abs(p.Offered()-p.Rate) > 0.2*p.Rate {
+			t.Errorf("%s: measured %v offered %.0f/s for %.0f/s: want two rounds merged", p.Bucket, p.Measured, p.Offered(), p.Rate)
+		}
 		if p.Gate != (p.Settings["deadline_percentile"] == 90) {
 			t.Errorf("%s: gate %v settings %v", p.Bucket, p.Gate, p.Settings)
 		}

@@ -64,7 +64,12 @@ type SweepOptions struct {
 	// {"reserved":"unlimited"}: throttling must not be what limits the run).
 	Settings map[string]any
 
-	// Progress, if set, is called after each point.
+	// Rounds runs the whole list of points this many times (default 1) and
+	// merges each point's runs, so that a noisy moment of a shared machine
+	// spreads over every point instead of spoiling one.
+	Rounds int
+
+	// Progress, if set, is called after each run of a point.
 	Progress func(p *SweepPoint)
 }
 
@@ -104,6 +109,9 @@ func (o *SweepOptions) EnsureDefaults() {
 	if o.Settings == nil {
 		o.Settings = map[string]any{"reserved": "unlimited"}
 	}
+	if o.Rounds == 0 {
+		o.Rounds = 1
+	}
 }
 
 // Validate reports the first invalid option, wrapping ErrBadSpec.
@@ -128,6 +136,8 @@ func (o *SweepOptions) Validate() error {
 		return fmt.Errorf("%w: deadline %v: want ≥ 1ms", ErrBadSpec, o.Deadline)
 	case o.ExpectedExecution < time.Microsecond:
 		return fmt.Errorf("%w: expected execution %v: want ≥ 1µs", ErrBadSpec, o.ExpectedExecution)
+	case o.Rounds < 1 || o.Rounds > 1000:
+		return fmt.Errorf("%w: rounds %d: want 1-1000", ErrBadSpec, o.Rounds)
 	case o.Capacity < 0 || o.CapacityConns < 1 || o.CapacityConns > maxConns:
 		return fmt.Errorf("%w: capacity %g with %d conns", ErrBadSpec, o.Capacity, o.CapacityConns)
 	}
@@ -182,11 +192,12 @@ func (o *SweepOptions) Points(capacity float64) []PointSpec {
 
 func loadName(l float64) string { return strconv.FormatFloat(l, 'f', 2, 64) }
 
-// Sweep measures the capacity (unless given), then runs every point: it
-// creates the point's bucket with its settings (or, if it exists, applies them
-// with SetBucketThrottleProperties) and runs RunOpenLoop against it. Points
-// run one after the other; an error stops the sweep and is returned with the
-// points measured so far.
+// Sweep measures the capacity (unless given), then runs every point, Rounds
+// times: it creates the point's bucket with its settings (or, if it exists,
+// applies them with SetBucketThrottleProperties) and runs RunOpenLoop against
+// it. Points run one after the other; an error stops the sweep and is
+// returned with the points measured so far (after the first round, every
+// point with the rounds it completed).
 func Sweep(ctx context.Context, o SweepOptions) (*SweepResult, error) {
 	o.EnsureDefaults()
 	if err := o.Validate(); err != nil {
@@ -200,25 +211,42 @@ func Sweep(ctx context.Context, o SweepOptions) (*SweepResult, error) {
 		}
 		res.Capacity, res.CapacityMeasured = c, true
 	}
-	for _, ps := range o.Points(res.Capacity) {
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
-		if err := o.apply(ctx, ps.Bucket, ps.Settings); err != nil {
-			return res, err
-		}
-		po := o.Point
-		po.Bucket, po.Rate, po.Deadline = ps.Bucket, ps.Rate, o.Deadline
-		r, err := RunOpenLoop(ctx, po)
-		if err != nil {
-			return res, fmt.Errorf("point %s: %w", ps.Bucket, err)
-		}
-		res.Points = append(res.Points, SweepPoint{PointSpec: ps, OpenLoopResult: r})
-		if o.Progress != nil {
-			o.Progress(&res.Points[len(res.Points)-1])
+	specs := o.Points(res.Capacity)
+	res.Points = make([]SweepPoint, 0, len(specs))
+	for round := range o.Rounds {
+		for i, ps := range specs {
+			r, err := o.runPoint(ctx, ps)
+			if err != nil {
+				return res, err
+			}
+			if round == 0 {
+				res.Points = append(res.Points, SweepPoint{PointSpec: ps, OpenLoopResult: r})
+			} else {
+				res.Points[i].Merge(r)
+			}
+			if o.Progress != nil {
+				o.Progress(&SweepPoint{PointSpec: ps, OpenLoopResult: r})
+			}
 		}
 	}
 	return res, nil
+}
+
+// runPoint applies a point's bucket settings and runs it once.
+func (o *SweepOptions) runPoint(ctx context.Context, ps PointSpec) (*OpenLoopResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := o.apply(ctx, ps.Bucket, ps.Settings); err != nil {
+		return nil, err
+	}
+	po := o.Point
+	po.Bucket, po.Rate, po.Deadline = ps.Bucket, ps.Rate, o.Deadline
+	r, err := RunOpenLoop(ctx, po)
+	if err != nil {
+		return nil, fmt.Errorf("point %s: %w", ps.Bucket, err)
+	}
+	return r, nil
 }
 
 // MeasureCapacity runs synced SETs closed-loop (one in flight per connection)

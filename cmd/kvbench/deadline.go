@@ -75,6 +75,7 @@ func parseDeadlineFlags(args []string, stderr io.Writer) (bench.SweepOptions, de
 	fs.Float64Var(&o.Capacity, "capacity", 0, "capacity in `ops/s`; 0 = measure it")
 	fs.IntVar(&o.CapacityConns, "capacity-conns", bench.DefaultCapacityConns, "closed-loop `connections` for the capacity")
 	fs.DurationVar(&o.CapacityDuration, "capacity-duration", 0, "capacity measurement `time` (default --duration)")
+	fs.IntVar(&o.Rounds, "rounds", 1, "run the list of points this many `times` and merge each point's runs")
 	fs.StringVar(&o.Prefix, "prefix", bench.DefaultSweepPrefix, "bucket name `prefix`")
 	fs.StringVar(&settings, "settings", settings, "`JSON` settings every point's bucket also gets")
 	fs.StringVar(&c.csv, "csv", "", "write one row per point to `FILE` (CSV)")

@@ -15,7 +15,7 @@ func TestParseDeadlineFlags(t *testing.T) {
 		"--addr", "127.0.0.1:9", "--user", "admin", "--password", "pw", "--conns", "64",
 		"--arrivals", "fixed", "--loads", "0.5, 1.5", "--percentiles", "90", "--deadline", "20ms",
 		"--capacity", "1234", "--settings", `{"reserved":"unlimited","max_queued":10}`,
-		"--csv", "d.csv", "--png", "d.png", "--duration", "3s",
+		"--csv", "d.csv", "--png", "d.png", "--duration", "3s", "--rounds", "3",
 	}, &stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +24,7 @@ func TestParseDeadlineFlags(t *testing.T) {
 	if p.Addr != "127.0.0.1:9" || p.User != "admin" || p.Conns != 64 || p.Arrivals != bench.Fixed ||
 		p.Duration != 3*time.Second || o.Deadline != 20*time.Millisecond || o.Capacity != 1234 ||
 		len(o.Loads) != 2 || o.Loads[1] != 1.5 || len(o.Percentiles) != 1 || o.Percentiles[0] != 90 ||
-		o.Settings["max_queued"] != float64(10) || c.csv != "d.csv" || c.png != "d.png" {
+		o.Settings["max_queued"] != float64(10) || c.csv != "d.csv" || c.png != "d.png" || o.Rounds != 3 {
 		t.Errorf("parsed %+v %+v", o, c)
 	}
 	for _, bad := range [][]string{
