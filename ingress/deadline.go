@@ -136,7 +136,7 @@ func (s *DeadlineSettings) Validate() error {
 }
 
 // A Grant is one admitted command's share of its pool: give it to Done (or Expire)
-// exactly once. It is a small value. The zero Grant, and the Grant of a bucket without
+// exactly once (or to Release if it never runs). It is a small value. The zero Grant, and the Grant of a bucket without
 // a deadline, hold no demand; Done still records their execution time.
 type Grant struct {
 	at       time.Time     // when Admit was called: the deadline counts from here
@@ -395,6 +395,15 @@ func (b *BucketDeadline) Expire(g Grant) {
 		b.gate.release(g.pool, g.demand)
 	}
 	b.expired.Add(1)
+}
+
+// Release gives an admitted Grant's demand back without counting anything: for a
+// command refused after Admit (queue full), cancelled while queued (client gone,
+// bucket deleted), or otherwise ended without running.
+func (b *BucketDeadline) Release(g Grant) {
+	if g.held {
+		b.gate.release(g.pool, g.demand)
+	}
 }
 
 // DeadlineStats are a bucket's deadline figures (STAT bucket_details).

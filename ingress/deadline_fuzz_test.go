@@ -82,11 +82,15 @@ func (m *ledgerModel) step(op, arg byte) {
 		if arg%2 == 0 {
 			m.inserts[h.bucket][h.g.Pool()] = append(m.inserts[h.bucket][h.g.Pool()], exec)
 		}
-	case 4: // expire the oldest held grant, or change a setting
-		if arg%3 == 0 && len(m.held) > 0 {
+	case 4: // expire or release the oldest held grant, or change a setting
+		if arg%3 != 2 && len(m.held) > 0 {
 			h := m.held[0]
 			m.held = m.held[1:]
-			m.buckets[h.bucket].Expire(h.g)
+			if arg%3 == 0 {
+				m.buckets[h.bucket].Expire(h.g)
+			} else {
+				m.buckets[h.bucket].Release(h.g)
+			}
 			return
 		}
 		s := DeadlineSettings{Deadline: time.Duration(arg%4) * time.Millisecond, Percentile: 50 + int(arg)%50, ExpectedExecution: time.Duration(arg) * time.Microsecond}

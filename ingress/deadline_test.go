@@ -192,6 +192,11 @@ func TestDeadlineMissedExpiredAndPassed(t *testing.T) {
 	b.Done(gr, 2*time.Millisecond, true, dt0.Add(9*time.Millisecond)) // in time
 	gr, _, _ = b.Admit(Write, 4, dt0)
 	b.Expire(gr)
+	gr, _, _ = b.Admit(Write, 4, dt0)
+	if g.Accepted(Write) == 0 {
+		t.Fatal("nothing accepted")
+	}
+	b.Release(gr) // counts nothing
 	st := b.Stats()
 	if st.Missed != 1 || st.Expired != 1 || st.Rejected != 0 || g.Accepted(Write) != 0 {
 		t.Fatalf("stats %+v accepted %d", st, g.Accepted(Write))
