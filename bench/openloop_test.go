@@ -201,8 +201,13 @@ func TestSweepFakeServer(t *testing.T) {
 		if p.Gate != (p.Settings["deadline_percentile"] == 90) {
 			t.Errorf("%s: gate %v settings %v", p.Bucket, p.Gate, p.Settings)
 		}
-		if p.Load == 0.5 && p.RejectedFraction() > 0.1 {
-			t.Errorf("%s: %.3f rejected at half load", p.Bucket, p.RejectedFraction())
+		// (How much the fake's gate rejects at half load depends on how busy the
+		// machine is; the driver's part is to count what it gets.)
+		if !p.Gate && p.Rejected != 0 {
+			t.Errorf("%s: %d rejected with the gate off", p.Bucket, p.Rejected)
+		}
+		if got := p.Completed + p.Rejected + p.Lost + p.Errors; got != p.Scheduled {
+			t.Errorf("%s: counts do not add up: %+v", p.Bucket, p.OpenLoopCounts)
 		}
 	}
 	if on := res.Points[3]; !on.Gate || on.Load != 1.5 || on.Rejected == 0 {
