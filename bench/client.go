@@ -294,19 +294,25 @@ func frameInfo(res *mc.Response) (ru, wu int64, throttled time.Duration, reporte
 // nextTick reads N from a non-blocking throttle reply's body
 // {"next_tick_us":N}; it returns def when the body has no such field.
 func nextTick(body []byte, def time.Duration) time.Duration {
-	field := []byte(`"next_tick_us"`)
-	i := bytes.Index(body, field)
-	if i < 0 {
-		return def
-	}
-	rest := bytes.TrimLeft(body[i+len(field):], " \t\r\n:")
-	var us int64
-	n := 0
-	for ; n < len(rest) && rest[n] >= '0' && rest[n] <= '9' && us < 1e12; n++ {
-		us = us*10 + int64(rest[n]-'0')
-	}
-	if n == 0 {
+	us, ok := numberAfter(body, []byte(`"next_tick_us"`))
+	if !ok {
 		return def
 	}
 	return time.Duration(us) * time.Microsecond
+}
+
+// numberAfter reads the decimal number that follows field in body (after
+// blanks and a colon, as in JSON); ok is false when field or the number is
+// missing. Values are capped near 10¹².
+func numberAfter(body, field []byte) (n int64, ok bool) {
+	i := bytes.Index(body, field)
+	if i < 0 {
+		return 0, false
+	}
+	rest := bytes.TrimLeft(body[i+len(field):], " \t\r\n:")
+	k := 0
+	for ; k < len(rest) && rest[k] >= '0' && rest[k] <= '9' && n < 1e12; k++ {
+		n = n*10 + int64(rest[k]-'0')
+	}
+	return n, k > 0
 }

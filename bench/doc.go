@@ -50,6 +50,25 @@
 // Cancelling its context (Ctrl-C in kvbench) stops the run early and still
 // returns the figures measured so far. Histogram, Pacer and the other value
 // types are not safe for concurrent use; Result is plain data.
+//
+// # Open loop and the deadline experiment
+//
+// RunOpenLoop (openloop.go) is the other mode: SETs to one bucket at
+// scheduled times (Poisson or fixed-interval arrivals at a total rate, spread
+// over many connections), each connection with a sender that never waits for
+// replies and a receiver that reads them in order (both have ended when
+// RunOpenLoop returns). Latency runs from each
+// command's scheduled send time to its reply, so a backlog cannot hide
+// (no coordinated omission). 0x86 replies are sorted by their reason: the
+// deadline gate's "cannot be met" (Rejected, with its retry_after_us from the
+// XERROR JSON or the plain text), "deadline passed" (Expired), and others.
+// Sweep (sweep.go) runs seed 004's experiment on top of it: the capacity
+// measured closed-loop with 512 connections, then for each offered load
+// (0.5× to 2× the capacity) one point with the gate off and one per
+// deadline_percentile, each on its own bucket created with its settings; it
+// reports offered and completed ops/s, the fraction within the deadline,
+// goodput, the fraction rejected and latency ÷ deadline quantiles, as a
+// table, CSV and PNG (sweep_output.go).
 package bench
 
 import "errors"

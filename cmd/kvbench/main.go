@@ -22,6 +22,7 @@ more tenants and reports per-bucket ops/s, RU/s, WU/s, latency percentiles and
 throttle counts.
 
 usage: kvbench [flags]
+       kvbench deadline [flags]   (the deadline-admission experiment; see its --help)
 
   --bucket SPEC is repeatable, one per tenant:
   %s
@@ -111,6 +112,9 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "deadline" {
+		return runDeadline(args[1:], stdout, stderr)
+	}
 	opts, c, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

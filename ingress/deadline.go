@@ -1,0 +1,541 @@
+package ingress
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Deadline admission (SPEC section 7, seed 004 "Admissions Control", after SLEdge).
+//
+// A command of a bucket with a deadline needs pXX ÷ deadline of a ticket, where pXX is
+// the deadline_percentile of the bucket's recent execution times for the command's
+// class (or expected_execution_us until there is a sample). A pool of C tickets can
+// run C such fractions at once; a command is admitted only while the demand already
+// accepted plus its own stays ≤ C, and it gives its demand back when it completes.
+// All figures are integers in millionths of a ticket (Micro), so that releasing
+// exactly what was taken brings the ledger back to exactly zero.
+
+// Micro is the unit of demand: one millionth of a ticket.
+const Micro = 1_000_000
+
+// Limits of DeadlineSettings.
+const (
+	MinDeadlinePercentile     = 50
+	MaxDeadlinePercentile     = 99
+	DefaultDeadlinePercentile = 99
+	// DefaultExpectedExecution is used when a bucket sets a deadline but no
+	// expected_execution_us, until its window has a sample.
+	DefaultExpectedExecution = time.Millisecond
+)
+
+// A DeadlineGate is the node-wide ledger of accepted demand, one figure per pool.
+//
+// Why per pool and not per bucket: the capacity being divided is the pool's ticket
+// count, which every bucket shares. The seed keeps one "total accepted work" for the
+// whole runtime against one capacity; were the ledger per bucket, each of N buckets
+// could accept up to the whole pool and together oversubscribe it N times, and no
+// bucket's deadline would hold. So every bucket with a deadline charges the same
+// ledger of its pool. Buckets without a deadline charge nothing: their commands still
+// take tickets, and a pool shared with them may be busier than the ledger says (the
+// gate's promise holds for the deadline traffic only; SPEC's per-bucket
+// max_concurrent is the tool to bound the others).
+//
+// A DeadlineGate is safe for concurrent use: the ledger is one atomic per pool,
+// changed by compare-and-swap. The zero value is ready to use.
+type DeadlineGate struct {
+	accepted [numPools]atomic.Int64 // Micro; never negative
+	stale    atomic.Int64           // releases that would have taken a ledger below zero
+}
+
+// Accepted returns the demand a pool has accepted and not yet released, in Micro.
+func (g *DeadlineGate) Accepted(p Pool) int64 {
+	if p >= numPools {
+		return 0
+	}
+	return g.accepted[p].Load()
+}
+
+// StaleReleases counts releases that would have taken a ledger below zero (a Grant
+// given to Done or Expire twice); the ledger was clamped at zero instead.
+func (g *DeadlineGate) StaleReleases() int64 { return g.stale.Load() }
+
+// take adds d to pool p's ledger if the result stays ≤ limit. It returns the ledger
+// it saw (before adding) and whether it added.
+func (g *DeadlineGate) take(p Pool, d, limit int64) (seen int64, ok bool) {
+	a := &g.accepted[p]
+	for {
+		seen = a.Load()
+		if seen+d > limit {
+			return seen, false
+		}
+		if a.CompareAndSwap(seen, seen+d) {
+			return seen, true
+		}
+	}
+}
+
+// release subtracts d from pool p's ledger, never below zero.
+func (g *DeadlineGate) release(p Pool, d int64) {
+	a := &g.accepted[p]
+	for {
+		v := a.Load()
+		nv := v - d
+		if nv < 0 {
+			nv = 0
+		}
+		if a.CompareAndSwap(v, nv) {
+			if v-d < 0 {
+				g.stale.Add(1)
+			}
+			return
+		}
+	}
+}
+
+// DeadlineSettings are a bucket's deadline_ms, deadline_percentile and
+// expected_execution_us. A zero Deadline turns the gate off for the bucket.
+type DeadlineSettings struct {
+	Deadline          time.Duration // relative deadline; 0 = none
+	Percentile        int           // 50–99 (default 99)
+	ExpectedExecution time.Duration // pXX before the window has a sample (default 1 ms)
+}
+
+// EnsureDefaults fills the zero Percentile and ExpectedExecution of a bucket that has
+// a deadline.
+func (s *DeadlineSettings) EnsureDefaults() {
+	if s.Deadline == 0 {
+		return
+	}
+	if s.Percentile == 0 {
+		s.Percentile = DefaultDeadlinePercentile
+	}
+	if s.ExpectedExecution == 0 {
+		s.ExpectedExecution = DefaultExpectedExecution
+	}
+}
+
+// Validate reports the first invalid field, wrapping ErrInvalidOptions.
+func (s *DeadlineSettings) Validate() error {
+	switch {
+	case s.Deadline < 0:
+		return fmt.Errorf("%w: deadline_ms %v < 0", ErrInvalidOptions, s.Deadline)
+	case s.Deadline == 0:
+		return nil
+	case s.Deadline < time.Microsecond:
+		return fmt.Errorf("%w: deadline_ms %v below 1 µs", ErrInvalidOptions, s.Deadline)
+	case s.Percentile < MinDeadlinePercentile || s.Percentile > MaxDeadlinePercentile:
+		return fmt.Errorf("%w: deadline_percentile %d outside [%d, %d]",
+			ErrInvalidOptions, s.Percentile, MinDeadlinePercentile, MaxDeadlinePercentile)
+	case s.ExpectedExecution < 0:
+		return fmt.Errorf("%w: expected_execution_us %v < 0", ErrInvalidOptions, s.ExpectedExecution)
+	}
+	return nil
+}
+
+// A Grant is one admitted command's share of its pool: give it to Done (or Expire)
+// exactly once (or to Release if it never runs). It is a small value. The zero Grant, and the Grant of a bucket without
+// a deadline, hold no demand; Done still records their execution time.
+type Grant struct {
+	at       time.Time     // when Admit was called: the deadline counts from here
+	deadline time.Duration // the bucket's deadline then; 0 = none
+	demand   int64         // Micro taken from the pool's ledger
+	pxx      time.Duration // the pXX the demand was computed from
+	accepted int64         // refused grants: the ledger Admit saw, for the reason
+	pool     Pool
+	pct      uint8 // the percentile pxx is
+	held     bool  // demand was taken from the ledger: Done or Expire gives it back
+}
+
+// Pool returns the command class the grant was made for.
+func (g Grant) Pool() Pool { return g.pool }
+
+// Demand returns the demand the grant holds, in Micro.
+func (g Grant) Demand() int64 { return g.demand }
+
+// PXX returns the execution-time percentile the demand was computed from.
+func (g Grant) PXX() time.Duration { return g.pxx }
+
+// Deadline returns the bucket's relative deadline at admission (0 = none).
+func (g Grant) Deadline() time.Duration { return g.deadline }
+
+// Due returns the absolute deadline: admission time plus the relative deadline. It is
+// the zero Time when the grant has no deadline.
+func (g Grant) Due() time.Time {
+	if g.deadline == 0 {
+		return time.Time{}
+	}
+	return g.at.Add(g.deadline)
+}
+
+// Passed reports whether the grant has a deadline and it has passed at now (a queued
+// command in that state should be answered 0x86 and given to Expire, not run).
+func (g Grant) Passed(now time.Time) bool {
+	return g.deadline > 0 && now.Sub(g.at) > g.deadline
+}
+
+// AppendReason appends the plain-text reason for a refused Grant (Admit's ok false)
+// to dst: "deadline 50 ms cannot be met: write p90 2000 us needs 0.040000 of a ticket,
+// 7.980000 of 8 tickets accepted". The server adds retry_after_us. capacity is the
+// one given to Admit.
+func (g Grant) AppendReason(dst []byte, capacity int) []byte {
+	dst = append(dst, "deadline "...)
+	dst = strconv.AppendInt(dst, g.deadline.Milliseconds(), 10)
+	dst = append(dst, " ms cannot be met: "...)
+	dst = append(dst, g.pool.String()...)
+	dst = append(dst, " p"...)
+	dst = strconv.AppendInt(dst, int64(g.pct), 10)
+	dst = append(dst, ' ')
+	dst = strconv.AppendInt(dst, g.pxx.Microseconds(), 10)
+	dst = append(dst, " us needs "...)
+	dst = appendMicro(dst, g.demand)
+	dst = append(dst, " of a ticket, "...)
+	dst = appendMicro(dst, g.accepted)
+	dst = append(dst, " of "...)
+	dst = strconv.AppendInt(dst, int64(capacity), 10)
+	return append(dst, " tickets accepted"...)
+}
+
+// appendMicro appends v/Micro with six decimals.
+func appendMicro(dst []byte, v int64) []byte {
+	if v < 0 {
+		dst, v = append(dst, '-'), -v
+	}
+	dst = strconv.AppendInt(dst, v/Micro, 10)
+	n := len(dst)
+	dst = strconv.AppendInt(dst, v%Micro+Micro, 10) // "1dddddd": keeps the zeros
+	dst[n] = '.'
+	return dst
+}
+
+// A BucketDeadline is one bucket's deadline gate: its settings, one Window of
+// execution times per command class, the demand a command of each class needs now,
+// and the bucket's counters. It charges the node-wide DeadlineGate it was made with.
+//
+// How the server uses it (SPEC section 7): on the event loop, before asking the
+// Controller for a ticket, Admit(class, pool size, now). Refused: answer 0x86 at once
+// with the Grant's AppendReason and retryAfter; nothing to give back. Admitted: keep
+// the Grant with the command, through the ticket queue if it waits. A command granted
+// a ticket (or still queued at Tick) whose Grant has Passed is answered 0x86 and given
+// to Expire instead of being run. When the reply of a command that ran is ready (on
+// the worker), Done(grant, time from ticket to reply, success, now).
+//
+// The demand is thus held from admission to completion, queue wait included, and
+// that is what bounds the wait: the accepted commands' pXX sum to at most capacity ×
+// deadline, and a pool of capacity tickets completes capacity commands per mean
+// execution time, so a command admitted into a full ledger waits about deadline ×
+// mean ÷ pXX for the commands ahead of it, then runs. The margin is pXX ÷ mean: ample
+// for p90 or p99 of a skewed distribution, none for p50 when the mean exceeds the
+// median (the seed's own caveat), and the gate charges nothing for buckets without a
+// deadline sharing the pool.
+//
+// Admit is two atomic loads and one compare-and-swap and does not allocate. Done
+// takes the class's mutex to insert into the window (O(256)) and recompute the
+// demand. A BucketDeadline is safe for concurrent use.
+type BucketDeadline struct {
+	gate *DeadlineGate
+
+	deadline   atomic.Int64 // ns; 0 = no deadline, Admit always admits
+	percentile atomic.Int32
+	classes    [numPools]classWindow
+
+	rejected atomic.Int64 // Admit refused
+	expired  atomic.Int64 // Expire: the deadline passed while queued
+	missed   atomic.Int64 // Done after the deadline
+}
+
+// classWindow is the state of one command class of a bucket.
+type classWindow struct {
+	demand atomic.Int64 // Micro a command needs now: ceil(pxx·Micro/deadline) ≥ 1
+	pxx    atomic.Int64 // ns: the window's pXX, or expected until it has a sample
+
+	mu       sync.Mutex // guards the fields below
+	win      Window
+	expected time.Duration // expected_execution_us
+}
+
+// NewBucketDeadline returns a bucket's gate charging g, with settings s (validated).
+func NewBucketDeadline(g *DeadlineGate, s DeadlineSettings) (*BucketDeadline, error) {
+	b := &BucketDeadline{gate: g}
+	if err := b.SetSettings(s); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// SetSettings changes the bucket's settings for the commands admitted from now on;
+// grants already made keep (and give back) their own demand. The windows are kept:
+// execution times do not depend on the deadline.
+func (b *BucketDeadline) SetSettings(s DeadlineSettings) error {
+	s.EnsureDefaults()
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	b.deadline.Store(int64(s.Deadline))
+	b.percentile.Store(int32(s.Percentile))
+	for p := range b.classes {
+		c := &b.classes[p]
+		c.mu.Lock()
+		c.expected = s.ExpectedExecution
+		b.refreshLocked(c)
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// Settings returns the bucket's current settings.
+func (b *BucketDeadline) Settings() DeadlineSettings {
+	c := &b.classes[Read]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return DeadlineSettings{
+		Deadline:          time.Duration(b.deadline.Load()),
+		Percentile:        int(b.percentile.Load()),
+		ExpectedExecution: c.expected,
+	}
+}
+
+// maxPXX caps the percentile used for demand so that pxx·Micro fits an int64.
+const maxPXX = time.Hour
+
+// refreshLocked recomputes c's pXX and demand from its window (or expected) and the
+// bucket's current deadline and percentile. c.mu must be held.
+func (b *BucketDeadline) refreshLocked(c *classWindow) {
+	pxx, ok := c.win.Percentile(int(b.percentile.Load()))
+	if !ok {
+		pxx = c.expected
+	}
+	pxx = min(pxx, maxPXX)
+	c.pxx.Store(int64(pxx))
+	d := b.deadline.Load()
+	if d <= 0 {
+		c.demand.Store(0)
+		return
+	}
+	c.demand.Store(max((int64(pxx)*Micro+d-1)/d, 1))
+}
+
+// Admit decides whether a command of class (the pool it will take a ticket from) can
+// meet the bucket's deadline in a pool of capacity tickets, given the demand the pool
+// has accepted across all buckets. ok true: run or queue the command and give the
+// Grant to Done or Expire exactly once. ok false: refuse the command (0x86); the Grant
+// only explains why (AppendReason) and retryAfter estimates when enough demand frees.
+// A bucket without a deadline admits everything, with a Grant that holds no demand.
+// now stamps the Grant: the deadline counts from it, so pass the command's arrival
+// (its frame complete), not a later moment such as the end of a throttle wait.
+//
+// retryAfter is the time for the excess demand (accepted + own − capacity) to be
+// released if the pool keeps completing commands at full use: then demand frees at
+// capacity ÷ deadline tickets per unit of time (capacity/pXX commands per unit, each
+// holding pXX/deadline), so retryAfter = excess ÷ capacity × deadline, at least 1 µs,
+// rounded up to a microsecond. With capacity 0 it is one deadline.
+func (b *BucketDeadline) Admit(class Pool, capacity int, now time.Time) (g Grant, ok bool, retryAfter time.Duration) {
+	if class >= numPools {
+		class = Write
+	}
+	g = Grant{at: now, pool: class}
+	d := b.deadline.Load()
+	if d == 0 {
+		return g, true, 0
+	}
+	c := &b.classes[class]
+	g.deadline = time.Duration(d)
+	g.demand = c.demand.Load()
+	g.pxx = time.Duration(c.pxx.Load())
+	g.pct = uint8(b.percentile.Load())
+	limit := int64(max(capacity, 0)) * Micro
+	seen, ok := b.gate.take(class, g.demand, limit)
+	if ok {
+		g.held = true
+		return g, true, 0
+	}
+	b.rejected.Add(1)
+	g.accepted = seen
+	return g, false, retryEstimate(seen+g.demand-limit, capacity, g.deadline)
+}
+
+// retryEstimate is Admit's retryAfter for excess Micro over a pool of capacity
+// tickets and a relative deadline d.
+func retryEstimate(excess int64, capacity int, d time.Duration) time.Duration {
+	if capacity <= 0 {
+		return d
+	}
+	r := time.Duration(float64(excess) / float64(int64(capacity)*Micro) * float64(d))
+	r = (r + time.Microsecond - 1).Truncate(time.Microsecond)
+	return max(r, time.Microsecond)
+}
+
+// Done ends an admitted command: it gives the Grant's demand back to the pool, counts
+// a miss if now is past the Grant's deadline (admission + deadline_ms: the reply is
+// late whatever the reason), and, for a successful command, adds exec (ticket granted
+// → reply ready) to the class's window and recomputes the class's demand.
+func (b *BucketDeadline) Done(g Grant, exec time.Duration, success bool, now time.Time) {
+	if g.held {
+		b.gate.release(g.pool, g.demand)
+	}
+	if g.Passed(now) {
+		b.missed.Add(1)
+	}
+	if !success || g.pool >= numPools {
+		return
+	}
+	c := &b.classes[g.pool]
+	c.mu.Lock()
+	c.win.Add(exec)
+	b.refreshLocked(c)
+	c.mu.Unlock()
+}
+
+// Expire ends an admitted command that will not run because its deadline passed while
+// it waited: it gives the demand back and counts it in Expired.
+func (b *BucketDeadline) Expire(g Grant) {
+	if g.held {
+		b.gate.release(g.pool, g.demand)
+	}
+	b.expired.Add(1)
+}
+
+// Release gives an admitted Grant's demand back without counting anything: for a
+// command refused after Admit (queue full), cancelled while queued (client gone,
+// bucket deleted), or otherwise ended without running.
+func (b *BucketDeadline) Release(g Grant) {
+	if g.held {
+		b.gate.release(g.pool, g.demand)
+	}
+}
+
+// DeadlineStats are a bucket's deadline figures (STAT bucket_details).
+type DeadlineStats struct {
+	Deadline   time.Duration // deadline_ms; 0 = none
+	Percentile int           // deadline_percentile
+	Rejected   int64         // num_deadline_rejected: refused by Admit
+	Expired    int64         // num_deadline_expired: deadline passed while queued
+	Missed     int64         // num_deadline_missed: completed after the deadline
+	// ReadPXX and WritePXX are the pXX each class's demand uses now
+	// (window_read_pXX_us, window_write_pXX_us); ReadSamples and WriteSamples say how
+	// many samples the windows hold (0: the figure is expected_execution_us).
+	ReadPXX, WritePXX         time.Duration
+	ReadSamples, WriteSamples int
+}
+
+// Stats returns the bucket's figures.
+func (b *BucketDeadline) Stats() DeadlineStats {
+	s := DeadlineStats{
+		Deadline:   time.Duration(b.deadline.Load()),
+		Percentile: int(b.percentile.Load()),
+		Rejected:   b.rejected.Load(),
+		Expired:    b.expired.Load(),
+		Missed:     b.missed.Load(),
+		ReadPXX:    time.Duration(b.classes[Read].pxx.Load()),
+		WritePXX:   time.Duration(b.classes[Write].pxx.Load()),
+	}
+	s.ReadSamples = b.samples(Read)
+	s.WriteSamples = b.samples(Write)
+	return s
+}
+
+func (b *BucketDeadline) samples(p Pool) int {
+	c := &b.classes[p]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.win.Len()
+}
+
+// AppendSorted appends class p's window in ascending order to dst (for tests and
+// diagnostics).
+func (b *BucketDeadline) AppendSorted(dst []time.Duration, p Pool) []time.Duration {
+	c := &b.classes[p]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.win.AppendSorted(dst)
+}
+
+// WindowSize is how many execution times a Window keeps (seed 004's performance
+// window; SPEC section 7: the last 256 per bucket and command class).
+const WindowSize = 256
+
+// A Window holds the last WindowSize execution times it was given, in two fixed
+// arrays: ring in insertion order, so that the oldest sample is known, and sorted in
+// ascending order, so that a percentile is one index. Add evicts the oldest sample
+// once the window is full: it finds the evicted value and the new one in sorted by
+// binary search and shifts the elements between the two positions by one with a
+// single copy, so an insert costs O(log 256) comparisons plus at most 255 moved
+// values and never allocates. Percentile is O(1).
+//
+// The zero Window is empty and ready to use. A Window is a fixed 4 KiB value: pass
+// pointers. It is not safe for concurrent use; BucketDeadline guards its windows with
+// a mutex.
+type Window struct {
+	ring   [WindowSize]time.Duration // insertion order; ring[next] is the oldest once full
+	sorted [WindowSize]time.Duration // sorted[:n] ascending
+	n      int                       // samples held, ≤ WindowSize
+	next   int                       // ring index the next sample goes to
+}
+
+// Len returns how many samples the window holds (at most WindowSize).
+func (w *Window) Len() int { return w.n }
+
+// Add records one execution time, evicting the oldest once the window is full.
+// Negative durations count as 0.
+func (w *Window) Add(d time.Duration) {
+	d = max(d, 0)
+	if w.n < WindowSize {
+		i, _ := slices.BinarySearch(w.sorted[:w.n], d)
+		copy(w.sorted[i+1:w.n+1], w.sorted[i:w.n])
+		w.sorted[i] = d
+		w.ring[w.next] = d
+		w.n++
+		w.next = (w.next + 1) % WindowSize
+		return
+	}
+	old := w.ring[w.next]
+	w.ring[w.next] = d
+	w.next = (w.next + 1) % WindowSize
+	w.replace(old, d)
+}
+
+// replace removes one sample equal to old from the full sorted array and inserts d,
+// moving only the elements between the two positions.
+func (w *Window) replace(old, d time.Duration) {
+	s := w.sorted[:]
+	i, _ := slices.BinarySearch(s, old) // s[i] == old: old is in the window
+	switch {
+	case d > old:
+		// d goes after the elements < d; old's slot opens at i, so shift (i, j) left.
+		j, _ := slices.BinarySearch(s, d)
+		copy(s[i:j-1], s[i+1:j])
+		s[j-1] = d
+	case d < old:
+		// d goes before the elements ≥ d; shift [j, i) right into old's slot.
+		j, _ := slices.BinarySearch(s, d)
+		copy(s[j+1:i+1], s[j:i])
+		s[j] = d
+	default:
+		// Same value: the sorted array does not change.
+	}
+}
+
+// Percentile returns the p-th percentile (nearest rank: the smallest sample with at
+// least p% of the samples at or below it) and true, or 0 and false while the window is
+// empty. p is clamped to [1, 100].
+func (w *Window) Percentile(p int) (time.Duration, bool) {
+	if w.n == 0 {
+		return 0, false
+	}
+	return w.sorted[rank(p, w.n)], true
+}
+
+// rank is the index in a sorted slice of n samples of the p-th percentile by nearest
+// rank: ceil(p·n/100) − 1, within [0, n−1].
+func rank(p, n int) int {
+	p = min(max(p, 1), 100)
+	return (p*n+99)/100 - 1
+}
+
+// AppendSorted appends the samples in ascending order to dst.
+func (w *Window) AppendSorted(dst []time.Duration) []time.Duration {
+	return append(dst, w.sorted[:w.n]...)
+}

@@ -1,0 +1,343 @@
+package ingress
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var dt0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // the deadline tests' clock
+
+func newDeadlineBucket(t testing.TB, g *DeadlineGate, s DeadlineSettings) *BucketDeadline {
+	t.Helper()
+	b, err := NewBucketDeadline(g, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestDeadlineSettingsValidate(t *testing.T) {
+	tests := []struct {
+		s    DeadlineSettings
+		ok   bool
+		want string
+	}{
+		{DeadlineSettings{}, true, ""},
+		{DeadlineSettings{Deadline: 50 * time.Millisecond}, true, ""},
+		{DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 49}, false, "deadline_percentile 49"},
+		{DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 100}, false, "deadline_percentile 100"},
+		{DeadlineSettings{Deadline: -1}, false, "deadline_ms"},
+		{DeadlineSettings{Deadline: time.Millisecond, ExpectedExecution: -1}, false, "expected_execution_us"},
+	}
+	for _, tc := range tests {
+		s := tc.s
+		s.EnsureDefaults()
+		err := s.Validate()
+		if tc.ok != (err == nil) || (err != nil && (!errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want))) {
+			t.Errorf("%+v: Validate = %v, want ok=%v containing %q", tc.s, err, tc.ok, tc.want)
+		}
+	}
+	s := DeadlineSettings{Deadline: time.Second}
+	s.EnsureDefaults()
+	if s.Percentile != DefaultDeadlinePercentile || s.ExpectedExecution != DefaultExpectedExecution {
+		t.Fatalf("EnsureDefaults: %+v", s)
+	}
+}
+
+// TestDeadlineAdmitUntilCapacity: expected 10 ms, deadline 50 ms → 0.2 of a ticket per
+// command; a pool of 2 tickets admits 10, refuses the 11th with a retry estimate, and
+// admits again once one completes.
+func TestDeadlineAdmitUntilCapacity(t *testing.T) {
+	var g DeadlineGate
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 90, ExpectedExecution: 10 * time.Millisecond})
+	var grants []Grant
+	for i := range 10 {
+		gr, ok, retry := b.Admit(Write, 2, dt0)
+		if !ok || retry != 0 || gr.Demand() != 200_000 {
+			t.Fatalf("admit %d: ok=%v retry=%v demand=%d", i, ok, retry, gr.Demand())
+		}
+		grants = append(grants, gr)
+	}
+	if a := g.Accepted(Write); a != 2*Micro {
+		t.Fatalf("accepted = %d, want %d", a, 2*Micro)
+	}
+	gr, ok, retry := b.Admit(Write, 2, dt0)
+	// excess 0.2 ticket over 2 tickets × 50 ms = 5 ms.
+	if ok || retry != 5*time.Millisecond {
+		t.Fatalf("11th: ok=%v retry=%v, want refused with 5ms", ok, retry)
+	}
+	reason := string(gr.AppendReason(nil, 2))
+	want := "deadline 50 ms cannot be met: write p90 10000 us needs 0.200000 of a ticket, 2.000000 of 2 tickets accepted"
+	if reason != want {
+		t.Fatalf("reason %q\nwant   %q", reason, want)
+	}
+	// The read pool has its own ledger.
+	if _, ok, _ := b.Admit(Read, 2, dt0); !ok {
+		t.Fatal("read refused while only the write pool is full")
+	}
+	// A larger capacity (the prober grew the pool) admits at once.
+	if gr, ok, _ := b.Admit(Write, 3, dt0); !ok {
+		t.Fatal("refused with capacity 3")
+	} else {
+		b.Done(gr, 10*time.Millisecond, true, dt0.Add(10*time.Millisecond))
+	}
+	b.Done(grants[0], 10*time.Millisecond, true, dt0.Add(10*time.Millisecond))
+	if _, ok, _ := b.Admit(Write, 2, dt0); !ok {
+		t.Fatal("refused after a release")
+	}
+	if st := b.Stats(); st.Rejected != 1 || st.Missed != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestDeadlineRetryEstimate(t *testing.T) {
+	tests := []struct {
+		excess   int64
+		capacity int
+		d        time.Duration
+		want     time.Duration
+	}{
+		{Micro / 5, 2, 50 * time.Millisecond, 5 * time.Millisecond},
+		{1, 8, 50 * time.Millisecond, time.Microsecond},              // tiny excess: 1 µs floor
+		{4 * Micro, 4, 10 * time.Millisecond, 10 * time.Millisecond}, // a whole pool's worth: one deadline
+		{Micro, 0, 20 * time.Millisecond, 20 * time.Millisecond},     // no capacity: one deadline
+		{Micro / 3, 1, 3 * time.Millisecond, time.Millisecond},
+	}
+	for _, tc := range tests {
+		if got := retryEstimate(tc.excess, tc.capacity, tc.d); got != tc.want {
+			t.Errorf("retryEstimate(%d, %d, %v) = %v, want %v", tc.excess, tc.capacity, tc.d, got, tc.want)
+		}
+	}
+}
+
+// TestDeadlineLedgerSharedAcrossBuckets: two buckets with deadlines divide one pool;
+// a bucket without a deadline takes nothing and is never refused.
+func TestDeadlineLedgerSharedAcrossBuckets(t *testing.T) {
+	var g DeadlineGate
+	a := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: 5 * time.Millisecond})
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: 5 * time.Millisecond})
+	none := newDeadlineBucket(t, &g, DeadlineSettings{})
+	if _, ok, _ := a.Admit(Read, 1, dt0); !ok {
+		t.Fatal("a refused")
+	}
+	if _, ok, _ := b.Admit(Read, 1, dt0); !ok {
+		t.Fatal("b refused")
+	}
+	if _, ok, _ := a.Admit(Read, 1, dt0); ok {
+		t.Fatal("a admitted beyond the shared capacity")
+	}
+	if _, ok, _ := b.Admit(Read, 1, dt0); ok {
+		t.Fatal("b admitted beyond the shared capacity")
+	}
+	for range 100 {
+		gr, ok, _ := none.Admit(Read, 1, dt0)
+		if !ok || gr.Demand() != 0 {
+			t.Fatal("bucket without deadline refused or charged")
+		}
+		none.Done(gr, time.Millisecond, true, dt0)
+	}
+	if g.Accepted(Read) != Micro {
+		t.Fatalf("accepted %d", g.Accepted(Read))
+	}
+}
+
+// TestDeadlineWindowDrivesDemand: once the window has samples its pXX replaces
+// expected_execution_us; failures are not recorded.
+func TestDeadlineWindowDrivesDemand(t *testing.T) {
+	var g DeadlineGate
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 100 * time.Millisecond, Percentile: 90, ExpectedExecution: 50 * time.Millisecond})
+	gr, _, _ := b.Admit(Read, 10, dt0)
+	if gr.Demand() != Micro/2 || gr.PXX() != 50*time.Millisecond {
+		t.Fatalf("before samples: demand %d pxx %v", gr.Demand(), gr.PXX())
+	}
+	b.Done(gr, time.Second, false, dt0) // a failure: not a sample
+	if st := b.Stats(); st.ReadSamples != 0 || st.ReadPXX != 50*time.Millisecond {
+		t.Fatalf("failure recorded: %+v", st)
+	}
+	for i := 1; i <= 10; i++ {
+		gr, _, _ := b.Admit(Read, 10, dt0)
+		b.Done(gr, time.Duration(i)*time.Millisecond, true, dt0)
+	}
+	st := b.Stats()
+	if st.ReadSamples != 10 || st.ReadPXX != 9*time.Millisecond || st.WritePXX != 50*time.Millisecond {
+		t.Fatalf("after samples: %+v", st)
+	}
+	if gr, _, _ := b.Admit(Read, 10, dt0); gr.Demand() != 90_000 {
+		t.Fatalf("demand %d, want 90000 (9 ms / 100 ms)", gr.Demand())
+	}
+	// A new percentile applies at once to the kept window.
+	if err := b.SetSettings(DeadlineSettings{Deadline: 100 * time.Millisecond, Percentile: 50, ExpectedExecution: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Stats(); st.ReadPXX != 5*time.Millisecond {
+		t.Fatalf("p50 = %v, want 5ms", st.ReadPXX)
+	}
+}
+
+func TestDeadlineMissedExpiredAndPassed(t *testing.T) {
+	var g DeadlineGate
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	gr, _, _ := b.Admit(Write, 4, dt0)
+	if gr.Passed(dt0.Add(10*time.Millisecond)) || !gr.Passed(dt0.Add(11*time.Millisecond)) {
+		t.Fatal("Passed wrong around the deadline")
+	}
+	if gr.Due() != dt0.Add(10*time.Millisecond) {
+		t.Fatalf("Due %v", gr.Due())
+	}
+	b.Done(gr, 2*time.Millisecond, true, dt0.Add(12*time.Millisecond)) // late: a miss
+	gr, _, _ = b.Admit(Write, 4, dt0)
+	b.Done(gr, 2*time.Millisecond, true, dt0.Add(9*time.Millisecond)) // in time
+	gr, _, _ = b.Admit(Write, 4, dt0)
+	b.Expire(gr)
+	gr, _, _ = b.Admit(Write, 4, dt0)
+	if g.Accepted(Write) == 0 {
+		t.Fatal("nothing accepted")
+	}
+	b.Release(gr) // counts nothing
+	st := b.Stats()
+	if st.Missed != 1 || st.Expired != 1 || st.Rejected != 0 || g.Accepted(Write) != 0 {
+		t.Fatalf("stats %+v accepted %d", st, g.Accepted(Write))
+	}
+	if (Grant{}).Passed(dt0.Add(time.Hour)) || !(Grant{}).Due().IsZero() {
+		t.Fatal("a grant without deadline passed")
+	}
+}
+
+// TestDeadlineDoubleDoneClamps: a Grant given back twice cannot take the ledger
+// below zero; it is counted instead.
+func TestDeadlineDoubleDoneClamps(t *testing.T) {
+	var g DeadlineGate
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	gr, _, _ := b.Admit(Read, 1, dt0)
+	b.Done(gr, 0, false, dt0)
+	b.Done(gr, 0, false, dt0)
+	if g.Accepted(Read) != 0 || g.StaleReleases() != 1 {
+		t.Fatalf("accepted %d stale %d", g.Accepted(Read), g.StaleReleases())
+	}
+	// A refused Grant holds nothing: Done on it releases nothing.
+	for {
+		if _, ok, _ := b.Admit(Read, 1, dt0); !ok {
+			break
+		}
+	}
+	refused, ok, _ := b.Admit(Read, 1, dt0)
+	before := g.Accepted(Read)
+	b.Done(refused, 0, false, dt0)
+	if ok || g.Accepted(Read) != before {
+		t.Fatalf("a refused grant released demand: %d → %d", before, g.Accepted(Read))
+	}
+}
+
+// TestDeadlineConcurrentNoLeak: many goroutines admit and complete; the ledger never
+// exceeds capacity and returns to zero.
+func TestDeadlineConcurrentNoLeak(t *testing.T) {
+	var g DeadlineGate
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, Percentile: 90, ExpectedExecution: time.Millisecond})
+	const capacity = 3
+	var wg sync.WaitGroup
+	var over sync.Once
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 5000 {
+				gr, ok, _ := b.Admit(Pool(i%2), capacity, dt0)
+				if a := g.Accepted(Pool(i % 2)); a > capacity*Micro {
+					over.Do(func() { t.Errorf("accepted %d over capacity", a) })
+				}
+				if ok {
+					b.Done(gr, time.Duration(w*1000+i%700)*time.Microsecond, i%5 != 0, dt0)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if g.Accepted(Read) != 0 || g.Accepted(Write) != 0 || g.StaleReleases() != 0 {
+		t.Fatalf("leak: read %d write %d stale %d", g.Accepted(Read), g.Accepted(Write), g.StaleReleases())
+	}
+}
+
+func TestDeadlineAdmitDoesNotAllocate(t *testing.T) {
+	var g DeadlineGate
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	allocs := testing.AllocsPerRun(1000, func() {
+		gr, ok, _ := b.Admit(Write, 8, dt0)
+		if ok {
+			b.Done(gr, time.Millisecond, true, dt0)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("Admit+Done allocates %v times", allocs)
+	}
+}
+
+// BenchmarkDeadlineAdmit is the hot-path check alone (the event loop's part): Admit
+// with room, in a pool so large that the ledger never fills.
+func BenchmarkDeadlineAdmit(b *testing.B) {
+	var g DeadlineGate
+	bd := newDeadlineBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok, _ := bd.Admit(Write, 1<<30, dt0); !ok {
+			b.Fatal("refused")
+		}
+	}
+}
+
+// BenchmarkDeadlineAdmitRelease is Admit plus the release a completion makes.
+func BenchmarkDeadlineAdmitRelease(b *testing.B) {
+	var g DeadlineGate
+	bd := newDeadlineBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	b.ReportAllocs()
+	for b.Loop() {
+		gr, ok, _ := bd.Admit(Write, 8, dt0)
+		if !ok {
+			b.Fatal("refused")
+		}
+		g.release(Write, gr.demand)
+	}
+}
+
+// BenchmarkDeadlineAdmitRefused is the check when the pool is full.
+func BenchmarkDeadlineAdmitRefused(b *testing.B) {
+	var g DeadlineGate
+	bd := newDeadlineBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	for {
+		if _, ok, _ := bd.Admit(Write, 1, dt0); !ok {
+			break
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok, _ := bd.Admit(Write, 1, dt0); ok {
+			b.Fatal("admitted")
+		}
+	}
+}
+
+// BenchmarkDeadlineDone is the worker's part: release, window insert, new demand.
+func BenchmarkDeadlineDone(b *testing.B) {
+	var g DeadlineGate
+	bd := newDeadlineBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		gr, _, _ := bd.Admit(Write, 8, dt0)
+		bd.Done(gr, time.Duration(i*7919%3000)*time.Microsecond, true, dt0)
+	}
+}
+
+// BenchmarkDeadlineAdmitParallel: every P admits and releases on one bucket.
+func BenchmarkDeadlineAdmitParallel(b *testing.B) {
+	var g DeadlineGate
+	bd := newDeadlineBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			gr, ok, _ := bd.Admit(Write, 1000, dt0)
+			if ok {
+				g.release(Write, gr.demand)
+			}
+		}
+	})
+}
