@@ -17,7 +17,7 @@ var allowedImports = map[string][]string{
 	"kvd/probe":           {},
 	"kvd/config":          {},
 	"kvd/engine":          {"github.com/cockroachdb/pebble/v2"},
-	"kvd/tenant":          {"kvd/gauge", "golang.org/x/crypto"},
+	"kvd/tenant":          {"kvd/gauge", "golang.org/x/crypto", "github.com/tidwall/gjson"},
 	"kvd/ingress":         {"kvd/probe", "kvd/gauge"},
 	"kvd/server": {"kvd/protocol/binary", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/probe",
 		"kvd/gauge", "github.com/panjf2000/gnet/v2", "github.com/tidwall/gjson",
