@@ -2,12 +2,11 @@ package config
 
 import (
 	_ "embed" // for Embedded
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"reflect"
-	"strconv"
+
+	"kvd/tenant"
 )
 
 // Embedded is the shipped config/serverless.json, compiled in. The daemon
@@ -36,53 +35,13 @@ var (
 )
 
 // Unlimited is the Limit value written "unlimited" in the file.
-const Unlimited int64 = -1
+const Unlimited = tenant.Unlimited
 
 // Limit is a units-per-second limit: a non-negative integer, or Unlimited,
-// written "unlimited" in JSON. Anything else (negatives, fractions, other
-// strings) fails to decode with an error that names the field.
-type Limit int64
-
-// IsUnlimited reports whether l is Unlimited.
-func (l Limit) IsUnlimited() bool { return int64(l) == Unlimited }
-
-// String returns "unlimited" or the number.
-func (l Limit) String() string {
-	if l.IsUnlimited() {
-		return "unlimited"
-	}
-	return strconv.FormatInt(int64(l), 10)
-}
-
-// MarshalJSON writes a number or "unlimited".
-func (l Limit) MarshalJSON() ([]byte, error) {
-	if l.IsUnlimited() {
-		return []byte(`"unlimited"`), nil
-	}
-	if l < 0 {
-		return nil, fmt.Errorf("%w: limit %d is negative", ErrInvalid, int64(l))
-	}
-	return strconv.AppendInt(nil, int64(l), 10), nil
-}
-
-// UnmarshalJSON accepts a non-negative integer or "unlimited". It reports
-// anything else as a *json.UnmarshalTypeError so that encoding/json adds
-// the field's name.
-func (l *Limit) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil // like encoding/json for other types: leave as is
-	}
-	if string(b) == `"unlimited"` {
-		*l = Limit(Unlimited)
-		return nil
-	}
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil || n < 0 {
-		return &json.UnmarshalTypeError{Value: describeJSON(b), Type: reflect.TypeFor[Limit]()}
-	}
-	*l = Limit(n)
-	return nil
-}
+// written "unlimited" in JSON. It is package tenant's codec, the one every
+// part of kvd reads limits with; anything else (negatives, fractions,
+// other strings) fails to decode with an error that names the field.
+type Limit = tenant.Limit
 
 // Probe configures the ingress throughput prober (SPEC section 6). Min and
 // Max bound each pool; Initial is the starting total of both pools, 0 for
@@ -162,11 +121,11 @@ type File struct {
 // Default returns a File with every default and no buckets or users.
 func Default() *File {
 	return &File{
-		NodeCapacity:                 25000,
-		DefaultThrottleReservedUnits: 1666,
-		DefaultThrottleHardLimit:     Limit(Unlimited),
-		ReadUnitSize:                 4096,
-		WriteUnitSize:                1024,
+		NodeCapacity:                 tenant.DefaultCapacity,
+		DefaultThrottleReservedUnits: Limit(tenant.DefaultReserved),
+		DefaultThrottleHardLimit:     Limit(tenant.DefaultHardLimit),
+		ReadUnitSize:                 tenant.DefaultReadUnitSize,
+		WriteUnitSize:                tenant.DefaultWriteUnitSize,
 		MaxConnectionsPerBucket:      600,
 		MaxConnections:               10000,
 		MaxThrottleWaitMS:            30000,

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	"kvd/tenant"
 )
 
 // Strict decoding. encoding/json's DisallowUnknownFields reports an
@@ -39,7 +41,7 @@ func decodeFile(data []byte, f *File) error {
 		return fmt.Errorf("%w: empty input, want a JSON object", ErrSyntax)
 	}
 	if trimmed[0] != '{' {
-		return fmt.Errorf("%w: want a JSON object, got %s", ErrSyntax, describeJSON(trimmed))
+		return fmt.Errorf("%w: want a JSON object, got %s", ErrSyntax, tenant.DescribeJSON(trimmed))
 	}
 	type base File // the embedded real type; its name is embeddedName
 	w := struct {
@@ -228,8 +230,8 @@ func position(data []byte, offset int64) string {
 
 // typeWant describes in words what a Go field accepts.
 func typeWant(t reflect.Type) string {
-	if t == reflect.TypeFor[Limit]() {
-		return `a non-negative integer or "unlimited"`
+	if w := tenant.LimitTypeWant(t); w != "" {
+		return w
 	}
 	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
@@ -249,31 +251,4 @@ func typeWant(t reflect.Type) string {
 		return "an object"
 	}
 	return t.String()
-}
-
-// describeJSON names a JSON value the way encoding/json's errors do
-// ("number -5", `string "lots"`, "bool"), cut to a readable length.
-func describeJSON(b []byte) string {
-	const maxLen = 40
-	s := string(b)
-	if len(s) > maxLen {
-		s = s[:maxLen] + "…"
-	}
-	switch {
-	case len(b) == 0:
-		return "nothing"
-	case b[0] == '"':
-		return "string " + s
-	case b[0] == '-' || (b[0] >= '0' && b[0] <= '9'):
-		return "number " + s
-	case b[0] == 't' || b[0] == 'f':
-		return "bool"
-	case b[0] == 'n':
-		return "null"
-	case b[0] == '{':
-		return "object"
-	case b[0] == '[':
-		return "array"
-	}
-	return s
 }

@@ -24,5 +24,6 @@
 // concurrently. A *File is plain data: share it read-only, or copy it.
 // Embedded must not be modified.
 //
-// This package imports only the standard library; only cmd/* imports it.
+// It imports only the standard library and package tenant (for Limit and
+// the node throttle defaults); only cmd/* imports it.
 package config
