@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
+	"kvd/ingress"
+	"kvd/probe"
 	"kvd/tenant"
 )
 
@@ -47,20 +50,20 @@ type Limit = tenant.Limit
 // Max bound each pool; Initial is the starting total of both pools, 0 for
 // 2×GOMAXPROCS (the prober clamps that to [2·Min, 2·Max]).
 type Probe struct {
-	IntervalMS     int     `json:"interval_ms"`      // 100
-	Min            int     `json:"min"`              // per pool, 4
-	Max            int     `json:"max"`              // per pool, 128
+	IntervalMS     int     `json:"interval_ms"`      // probe.DefaultInterval
+	Min            int     `json:"min"`              // per pool, probe.DefaultMin
+	Max            int     `json:"max"`              // per pool, probe.DefaultMax
 	Initial        int     `json:"initial"`          // both pools, 0 = 2×GOMAXPROCS
-	ReadWriteRatio float64 `json:"read_write_ratio"` // read share, 0.5
-	EMAWeight      float64 `json:"ema_weight"`       // 0.2
-	Step           float64 `json:"step"`             // 0.1
+	ReadWriteRatio float64 `json:"read_write_ratio"` // read share, probe.DefaultReadWriteRatio
+	EMAWeight      float64 `json:"ema_weight"`       // probe.DefaultEMAWeight
+	Step           float64 `json:"step"`             // probe.DefaultStep
 }
 
 // Ingress configures ticketed admission (SPEC section 6).
 type Ingress struct {
-	Tickets        int64 `json:"tickets"`          // node-wide cap on in-flight commands, 1000000
-	MaxQueueDepth  int   `json:"max_queue_depth"`  // 100000; 0 = reject when no ticket is free
-	QueueTimeoutMS int   `json:"queue_timeout_ms"` // 10000
+	Tickets        int64 `json:"tickets"`          // node-wide cap on in-flight commands, ingress.DefaultNodeTickets
+	MaxQueueDepth  int   `json:"max_queue_depth"`  // ingress.DefaultMaxQueueDepth; 0 = reject when no ticket is free
+	QueueTimeoutMS int   `json:"queue_timeout_ms"` // ingress.DefaultQueueTimeout
 	Probe          Probe `json:"probe"`
 }
 
@@ -93,22 +96,23 @@ type User struct {
 	Privileges   []string `json:"privileges,omitempty"`
 }
 
-// File is the whole config file. Field comments give the defaults Default
-// fills in; Validate states the rules.
+// File is the whole config file. Field comments name the constant of the
+// default Default fills in (each owned by the package that applies it);
+// Validate states the rules.
 type File struct {
-	NodeCapacity                 int64 `json:"node_capacity"`                   // units/s, 25000
-	DefaultThrottleReservedUnits Limit `json:"default_throttle_reserved_units"` // 1666
-	DefaultThrottleHardLimit     Limit `json:"default_throttle_hard_limit"`     // unlimited
-	ReadUnitSize                 int   `json:"read_unit_size"`                  // bytes per RU, 4096
-	WriteUnitSize                int   `json:"write_unit_size"`                 // bytes per WU, 1024
-	MaxConnectionsPerBucket      int   `json:"max_connections_per_bucket"`      // 600
-	MaxConnections               int   `json:"max_connections"`                 // 10000
-	MaxThrottleWaitMS            int   `json:"max_throttle_wait_ms"`            // 30000
-	MaxItemSize                  int   `json:"max_item_size"`                   // 1 MiB
-	MaxFrameSize                 int   `json:"max_frame_size"`                  // 20 MiB
-	IdleTimeoutMS                int   `json:"idle_timeout_ms"`                 // 60000
+	NodeCapacity                 int64 `json:"node_capacity"`                   // units/s, tenant.DefaultCapacity
+	DefaultThrottleReservedUnits Limit `json:"default_throttle_reserved_units"` // tenant.DefaultReserved
+	DefaultThrottleHardLimit     Limit `json:"default_throttle_hard_limit"`     // tenant.DefaultHardLimit
+	ReadUnitSize                 int   `json:"read_unit_size"`                  // bytes per RU, tenant.DefaultReadUnitSize
+	WriteUnitSize                int   `json:"write_unit_size"`                 // bytes per WU, tenant.DefaultWriteUnitSize
+	MaxConnectionsPerBucket      int   `json:"max_connections_per_bucket"`      // server.DefaultMaxConnectionsPerBucket
+	MaxConnections               int   `json:"max_connections"`                 // server.DefaultMaxConnections
+	MaxThrottleWaitMS            int   `json:"max_throttle_wait_ms"`            // server.DefaultMaxThrottleWait
+	MaxItemSize                  int   `json:"max_item_size"`                   // server.DefaultMaxItemSize
+	MaxFrameSize                 int   `json:"max_frame_size"`                  // server.DefaultMaxFrameSize
+	IdleTimeoutMS                int   `json:"idle_timeout_ms"`                 // server.DefaultIdleTimeout
 	MaxInflightBytes             int64 `json:"max_inflight_bytes"`              // 0 = no limit
-	WALSync                      bool  `json:"wal_sync"`                        // true
+	WALSync                      bool  `json:"wal_sync"`                        // server.DefaultWALSync
 
 	// AnonymousBucket, if set, is the bucket unauthenticated connections
 	// start selected on; "" means no anonymous access.
@@ -126,24 +130,27 @@ func Default() *File {
 		DefaultThrottleHardLimit:     Limit(tenant.DefaultHardLimit),
 		ReadUnitSize:                 tenant.DefaultReadUnitSize,
 		WriteUnitSize:                tenant.DefaultWriteUnitSize,
-		MaxConnectionsPerBucket:      600,
-		MaxConnections:               10000,
-		MaxThrottleWaitMS:            30000,
-		MaxItemSize:                  1 << 20,
-		MaxFrameSize:                 20 << 20,
-		IdleTimeoutMS:                60000,
-		WALSync:                      true,
+		// The server's defaults: config cannot import package server, so
+		// they are written out here, and tests/defaults_test.go checks
+		// that each equals server's named constant.
+		MaxConnectionsPerBucket: 600,
+		MaxConnections:          10000,
+		MaxThrottleWaitMS:       30000,
+		MaxItemSize:             1 << 20,
+		MaxFrameSize:            20 << 20,
+		IdleTimeoutMS:           60000,
+		WALSync:                 true,
 		Ingress: Ingress{
-			Tickets:        1000000,
-			MaxQueueDepth:  100000,
-			QueueTimeoutMS: 10000,
+			Tickets:        ingress.DefaultNodeTickets,
+			MaxQueueDepth:  ingress.DefaultMaxQueueDepth,
+			QueueTimeoutMS: int(ingress.DefaultQueueTimeout / time.Millisecond),
 			Probe: Probe{
-				IntervalMS:     100,
-				Min:            4,
-				Max:            128,
-				ReadWriteRatio: 0.5,
-				EMAWeight:      0.2,
-				Step:           0.1,
+				IntervalMS:     int(probe.DefaultInterval / time.Millisecond),
+				Min:            probe.DefaultMin,
+				Max:            probe.DefaultMax,
+				ReadWriteRatio: probe.DefaultReadWriteRatio,
+				EMAWeight:      probe.DefaultEMAWeight,
+				Step:           probe.DefaultStep,
 			},
 		},
 	}

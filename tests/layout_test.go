@@ -15,7 +15,7 @@ var allowedImports = map[string][]string{
 	"kvd/protocol/binary": {},
 	"kvd/gauge":           {},
 	"kvd/probe":           {},
-	"kvd/config":          {"kvd/tenant"},
+	"kvd/config":          {"kvd/tenant", "kvd/ingress", "kvd/probe"},
 	"kvd/engine":          {"github.com/cockroachdb/pebble/v2"},
 	"kvd/tenant":          {"kvd/gauge", "golang.org/x/crypto", "github.com/tidwall/gjson"},
 	"kvd/ingress":         {"kvd/probe", "kvd/gauge"},

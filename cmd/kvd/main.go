@@ -32,8 +32,8 @@ func main() {
 }
 
 func run() error {
-	listen := flag.String("listen", "127.0.0.1:11211", "protocol address")
-	dataDir := flag.String("data-dir", "./data", "data directory")
+	listen := flag.String("listen", server.DefaultListen, "protocol address")
+	dataDir := flag.String("data-dir", server.DefaultDataDir, "data directory")
 	cfgPath := flag.String("config", "", "config file (default "+defaultConfig+", else the embedded copy)")
 	metrics := flag.String("metrics-listen", "127.0.0.1:11280", "Prometheus address; empty disables")
 	level := flag.String("log-level", "info", "debug, info, warn or error")
