@@ -147,30 +147,14 @@ func decodeError(err error, data []byte, path string) error {
 // everything else (a value that is not an object, bad syntax, wrong types)
 // to the typed decoding that follows.
 func checkKeys(data []byte, path string, names map[string]bool) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	key, dup, ok := tenant.CheckObjectKeys(data, names)
+	switch {
+	case ok:
 		return nil
+	case dup:
+		return fmt.Errorf("%w %q", ErrDuplicateField, joinPath(path, key))
 	}
-	seen := make(map[string]bool, len(names))
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		key, _ := tok.(string)
-		switch {
-		case !names[key]:
-			return fmt.Errorf("%w %q", ErrUnknownField, joinPath(path, key))
-		case seen[key]:
-			return fmt.Errorf("%w %q", ErrDuplicateField, joinPath(path, key))
-		}
-		seen[key] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return nil
-		}
-	}
-	return nil
+	return fmt.Errorf("%w %q", ErrUnknownField, joinPath(path, key))
 }
 
 // fieldNames returns the JSON names of t's fields (t a struct or a pointer

@@ -158,3 +158,24 @@ func TestLimitCodecsAgree(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckObjectKeys(t *testing.T) {
+	names := map[string]bool{"reserved": true, "hard_limit": true}
+	for _, tc := range []struct {
+		in      string
+		key     string
+		dup, ok bool
+	}{
+		{`{"reserved": 1, "hard_limit": {"x": 1}}`, "", false, true},
+		{`{"Reserved": 1}`, "Reserved", false, false},
+		{`{"reserved": 1, "reserved": 2}`, "reserved", true, false},
+		{`{"": 1}`, "", false, false},
+		{`[1]`, "", false, true},           // not an object: the typed decoding says so
+		{`{"reserved": `, "", false, true}, // bad syntax: likewise
+	} {
+		key, dup, ok := CheckObjectKeys([]byte(tc.in), names)
+		if key != tc.key || dup != tc.dup || ok != tc.ok {
+			t.Errorf("%s: got %q, %v, %v; want %q, %v, %v", tc.in, key, dup, ok, tc.key, tc.dup, tc.ok)
+		}
+	}
+}

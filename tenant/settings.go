@@ -238,30 +238,47 @@ var settingsFields = func() map[string]bool {
 // (encoding/json alone would accept "Reserved") and keys given twice. It
 // leaves syntax and type errors to the decoding that follows.
 func checkSettingsKeys(data []byte) error {
+	key, dup, ok := CheckObjectKeys(data, settingsFields)
+	switch {
+	case ok:
+		return nil
+	case dup:
+		return invalidf("duplicate field %q", key)
+	}
+	return invalidf("unknown field %q", key)
+}
+
+// CheckObjectKeys returns the first key of the JSON object in data that is
+// not exactly one of names (encoding/json matches keys case-insensitively),
+// or that appears twice (dup true); ok is true if there is none. It leaves
+// everything else (a value that is not an object, bad syntax, wrong types)
+// to the typed decoding that follows. The strict decoders of settings and
+// of the config file use it.
+func CheckObjectKeys(data []byte, names map[string]bool) (key string, dup, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil
+		return "", false, true
 	}
-	seen := make(map[string]bool, len(settingsFields))
+	seen := make(map[string]bool, len(names))
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil
+			return "", false, true
 		}
 		key, _ := tok.(string)
 		switch {
-		case !settingsFields[key]:
-			return invalidf("unknown field %q", key)
+		case !names[key]:
+			return key, false, false
 		case seen[key]:
-			return invalidf("duplicate field %q", key)
+			return key, true, false
 		}
 		seen[key] = true
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
-			return nil
+			return "", false, true
 		}
 	}
-	return nil
+	return "", false, true
 }
 
 // decodeError turns an encoding/json error into an ErrInvalidSettings
