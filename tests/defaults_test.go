@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"kvd/bench"
 	"kvd/config"
 	"kvd/ingress"
 	"kvd/probe"
@@ -175,4 +176,14 @@ func TestDefaultsReadme(t *testing.T) {
 		t.Fatalf("read only %d defaults from README's table: %v", len(leaves), leaves)
 	}
 	checkDefaults(t, "README", leaves, false)
+}
+
+// TestDefaultsBenchUnits: kvbench computes units with the server's unit
+// sizes when the server does not report them; bench cannot import tenant,
+// so it states them and this test holds them equal.
+func TestDefaultsBenchUnits(t *testing.T) {
+	if bench.DefaultReadUnitSize != tenant.DefaultReadUnitSize || bench.DefaultWriteUnitSize != tenant.DefaultWriteUnitSize {
+		t.Errorf("bench unit sizes %d/%d, tenant's %d/%d", bench.DefaultReadUnitSize, bench.DefaultWriteUnitSize,
+			tenant.DefaultReadUnitSize, tenant.DefaultWriteUnitSize)
+	}
 }
