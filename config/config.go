@@ -96,23 +96,25 @@ type User struct {
 	Privileges   []string `json:"privileges,omitempty"`
 }
 
-// File is the whole config file. Field comments name the constant of the
-// default Default fills in (each owned by the package that applies it);
-// Validate states the rules.
+// File is the whole config file. Field comments name the constant of each
+// default, owned by the package that applies it. Default fills in those of
+// tenant, ingress and probe; the server's (pointer fields) stay nil when
+// the file leaves them out, and the server applies its defaults (config
+// cannot import package server). Validate states the rules.
 type File struct {
-	NodeCapacity                 int64 `json:"node_capacity"`                   // units/s, tenant.DefaultCapacity
-	DefaultThrottleReservedUnits Limit `json:"default_throttle_reserved_units"` // tenant.DefaultReserved
-	DefaultThrottleHardLimit     Limit `json:"default_throttle_hard_limit"`     // tenant.DefaultHardLimit
-	ReadUnitSize                 int   `json:"read_unit_size"`                  // bytes per RU, tenant.DefaultReadUnitSize
-	WriteUnitSize                int   `json:"write_unit_size"`                 // bytes per WU, tenant.DefaultWriteUnitSize
-	MaxConnectionsPerBucket      int   `json:"max_connections_per_bucket"`      // server.DefaultMaxConnectionsPerBucket
-	MaxConnections               int   `json:"max_connections"`                 // server.DefaultMaxConnections
-	MaxThrottleWaitMS            int   `json:"max_throttle_wait_ms"`            // server.DefaultMaxThrottleWait
-	MaxItemSize                  int   `json:"max_item_size"`                   // server.DefaultMaxItemSize
-	MaxFrameSize                 int   `json:"max_frame_size"`                  // server.DefaultMaxFrameSize
-	IdleTimeoutMS                int   `json:"idle_timeout_ms"`                 // server.DefaultIdleTimeout
-	MaxInflightBytes             int64 `json:"max_inflight_bytes"`              // 0 = no limit
-	WALSync                      bool  `json:"wal_sync"`                        // server.DefaultWALSync
+	NodeCapacity                 int64 `json:"node_capacity"`                        // units/s, tenant.DefaultCapacity
+	DefaultThrottleReservedUnits Limit `json:"default_throttle_reserved_units"`      // tenant.DefaultReserved
+	DefaultThrottleHardLimit     Limit `json:"default_throttle_hard_limit"`          // tenant.DefaultHardLimit
+	ReadUnitSize                 int   `json:"read_unit_size"`                       // bytes per RU, tenant.DefaultReadUnitSize
+	WriteUnitSize                int   `json:"write_unit_size"`                      // bytes per WU, tenant.DefaultWriteUnitSize
+	MaxConnectionsPerBucket      *int  `json:"max_connections_per_bucket,omitempty"` // nil: server.DefaultMaxConnectionsPerBucket
+	MaxConnections               *int  `json:"max_connections,omitempty"`            // nil: server.DefaultMaxConnections
+	MaxThrottleWaitMS            *int  `json:"max_throttle_wait_ms,omitempty"`       // nil: server.DefaultMaxThrottleWait
+	MaxItemSize                  *int  `json:"max_item_size,omitempty"`              // nil: server.DefaultMaxItemSize
+	MaxFrameSize                 *int  `json:"max_frame_size,omitempty"`             // nil: server.DefaultMaxFrameSize
+	IdleTimeoutMS                *int  `json:"idle_timeout_ms,omitempty"`            // nil: server.DefaultIdleTimeout
+	MaxInflightBytes             int64 `json:"max_inflight_bytes"`                   // 0 = no limit
+	WALSync                      *bool `json:"wal_sync,omitempty"`                   // nil: server.DefaultWALSync
 
 	// AnonymousBucket, if set, is the bucket unauthenticated connections
 	// start selected on; "" means no anonymous access.
@@ -122,7 +124,8 @@ type File struct {
 	Users           []User   `json:"users,omitempty"`
 }
 
-// Default returns a File with every default and no buckets or users.
+// Default returns a File with the defaults of tenant, ingress and probe,
+// the server's fields nil (the server's defaults), and no buckets or users.
 func Default() *File {
 	return &File{
 		NodeCapacity:                 tenant.DefaultCapacity,
@@ -130,16 +133,6 @@ func Default() *File {
 		DefaultThrottleHardLimit:     Limit(tenant.DefaultHardLimit),
 		ReadUnitSize:                 tenant.DefaultReadUnitSize,
 		WriteUnitSize:                tenant.DefaultWriteUnitSize,
-		// The server's defaults: config cannot import package server, so
-		// they are written out here, and tests/defaults_test.go checks
-		// that each equals server's named constant.
-		MaxConnectionsPerBucket: 600,
-		MaxConnections:          10000,
-		MaxThrottleWaitMS:       30000,
-		MaxItemSize:             1 << 20,
-		MaxFrameSize:            20 << 20,
-		IdleTimeoutMS:           60000,
-		WALSync:                 true,
 		Ingress: Ingress{
 			Tickets:        ingress.DefaultNodeTickets,
 			MaxQueueDepth:  ingress.DefaultMaxQueueDepth,

@@ -84,6 +84,13 @@ func sameJSON(t *testing.T, got string, want any) bool {
 	return reflect.DeepEqual(a, b)
 }
 
+// serverOwned are the fields config leaves nil when absent: the daemon
+// passes zero and server.Options.EnsureDefaults applies the default.
+var serverOwned = map[string]bool{
+	"max_connections_per_bucket": true, "max_connections": true, "max_throttle_wait_ms": true,
+	"max_item_size": true, "max_frame_size": true, "idle_timeout_ms": true, "wal_sync": true,
+}
+
 func checkDefaults(t *testing.T, what string, leaves map[string]string, all bool) {
 	t.Helper()
 	want := defaultValues()
@@ -104,8 +111,11 @@ func checkDefaults(t *testing.T, what string, leaves map[string]string, all bool
 	}
 	if all {
 		for k := range want {
-			if _, ok := leaves[k]; !ok {
+			if _, ok := leaves[k]; !ok && !serverOwned[k] {
 				t.Errorf("%s has no %s", what, k)
+			}
+			if _, ok := leaves[k]; ok && serverOwned[k] {
+				t.Errorf("%s states the server's %s = %s: leave it nil, the server applies its default", what, k, leaves[k])
 			}
 		}
 	}
@@ -113,7 +123,8 @@ func checkDefaults(t *testing.T, what string, leaves map[string]string, all bool
 
 // TestDefaultsShippedConfig: every number and switch the shipped
 // config/serverless.json states is the named default it documents, and
-// config.Default fills in exactly those defaults.
+// config.Default fills in exactly those defaults, except the server's,
+// which it leaves out for the server to apply.
 func TestDefaultsShippedConfig(t *testing.T) {
 	raw, err := os.ReadFile("../config/serverless.json")
 	if err != nil {
