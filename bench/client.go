@@ -15,11 +15,11 @@ import (
 
 // HELLO features kvbench asks for.
 const (
-	featXError      = 0x07
-	featSelect      = 0x08
-	featAltRequest  = 0x10
-	featUnitUsage   = 0x1a
-	featNonBlocking = 0x1b
+	featXError      = uint16(mc.FeatureXError)
+	featSelect      = uint16(mc.FeatureSelectBucket)
+	featAltRequest  = uint16(mc.FeatureAltRequest)
+	featUnitUsage   = uint16(mc.FeatureReportUnits)
+	featNonBlocking = uint16(mc.FeatureNonBlocking)
 )
 
 var featureNames = map[uint16]string{

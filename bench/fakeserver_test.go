@@ -105,7 +105,7 @@ func readFrame(r *bufio.Reader) ([]byte, error) {
 	if _, err := io.ReadFull(r, hdr); err != nil {
 		return nil, err
 	}
-	body := make([]byte, binary.BigEndian.Uint32(hdr[8:12]))
+	body := make([]byte, mc.BodyLen(hdr))
 	if _, err := io.ReadFull(r, body); err != nil {
 		return nil, err
 	}

@@ -20,9 +20,9 @@ const (
 // HELLO feature codes this package knows by name. Others may be asked for
 // by number in Options.Features.
 const (
-	FeatureXError       uint16 = 0x07 // error bodies are {"error":{"context":"…"}}
-	FeatureSelectBucket uint16 = 0x08 // SELECT_BUCKET
-	FeatureJSON         uint16 = 0x0b // values may carry datatype JSON
+	FeatureXError       = uint16(binary.FeatureXError)       // error bodies are {"error":{"context":"…"}}
+	FeatureSelectBucket = uint16(binary.FeatureSelectBucket) // SELECT_BUCKET
+	FeatureJSON         = uint16(binary.FeatureJSON)         // values may carry datatype JSON
 )
 
 // maxReplyBody caps the body of a reply Conn accepts (kvd's own frame cap
@@ -286,8 +286,7 @@ func (c *Conn) readFrame() (*binary.Response, error) {
 	if _, err := binary.DecodeResponse(hdr[:], maxReplyBody, res); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnexpectedReply, err)
 	}
-	body := uint32(hdr[8])<<24 | uint32(hdr[9])<<16 | uint32(hdr[10])<<8 | uint32(hdr[11])
-	buf := make([]byte, binary.HeaderLen+int(body))
+	buf := make([]byte, binary.FrameLen(hdr[:]))
 	copy(buf, hdr[:])
 	if _, err := io.ReadFull(c.r, buf[binary.HeaderLen:]); err != nil {
 		if err == io.EOF {

@@ -2,12 +2,14 @@ package config
 
 import (
 	_ "embed" // for Embedded
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"reflect"
-	"strconv"
+	"time"
+
+	"kvd/ingress"
+	"kvd/probe"
+	"kvd/tenant"
 )
 
 // Embedded is the shipped config/serverless.json, compiled in. The daemon
@@ -36,72 +38,32 @@ var (
 )
 
 // Unlimited is the Limit value written "unlimited" in the file.
-const Unlimited int64 = -1
+const Unlimited = tenant.Unlimited
 
 // Limit is a units-per-second limit: a non-negative integer, or Unlimited,
-// written "unlimited" in JSON. Anything else (negatives, fractions, other
-// strings) fails to decode with an error that names the field.
-type Limit int64
-
-// IsUnlimited reports whether l is Unlimited.
-func (l Limit) IsUnlimited() bool { return int64(l) == Unlimited }
-
-// String returns "unlimited" or the number.
-func (l Limit) String() string {
-	if l.IsUnlimited() {
-		return "unlimited"
-	}
-	return strconv.FormatInt(int64(l), 10)
-}
-
-// MarshalJSON writes a number or "unlimited".
-func (l Limit) MarshalJSON() ([]byte, error) {
-	if l.IsUnlimited() {
-		return []byte(`"unlimited"`), nil
-	}
-	if l < 0 {
-		return nil, fmt.Errorf("%w: limit %d is negative", ErrInvalid, int64(l))
-	}
-	return strconv.AppendInt(nil, int64(l), 10), nil
-}
-
-// UnmarshalJSON accepts a non-negative integer or "unlimited". It reports
-// anything else as a *json.UnmarshalTypeError so that encoding/json adds
-// the field's name.
-func (l *Limit) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil // like encoding/json for other types: leave as is
-	}
-	if string(b) == `"unlimited"` {
-		*l = Limit(Unlimited)
-		return nil
-	}
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil || n < 0 {
-		return &json.UnmarshalTypeError{Value: describeJSON(b), Type: reflect.TypeFor[Limit]()}
-	}
-	*l = Limit(n)
-	return nil
-}
+// written "unlimited" in JSON. It is package tenant's codec, the one every
+// part of kvd reads limits with; anything else (negatives, fractions,
+// other strings) fails to decode with an error that names the field.
+type Limit = tenant.Limit
 
 // Probe configures the ingress throughput prober (SPEC section 6). Min and
 // Max bound each pool; Initial is the starting total of both pools, 0 for
 // 2×GOMAXPROCS (the prober clamps that to [2·Min, 2·Max]).
 type Probe struct {
-	IntervalMS     int     `json:"interval_ms"`      // 100
-	Min            int     `json:"min"`              // per pool, 4
-	Max            int     `json:"max"`              // per pool, 128
+	IntervalMS     int     `json:"interval_ms"`      // probe.DefaultInterval
+	Min            int     `json:"min"`              // per pool, probe.DefaultMin
+	Max            int     `json:"max"`              // per pool, probe.DefaultMax
 	Initial        int     `json:"initial"`          // both pools, 0 = 2×GOMAXPROCS
-	ReadWriteRatio float64 `json:"read_write_ratio"` // read share, 0.5
-	EMAWeight      float64 `json:"ema_weight"`       // 0.2
-	Step           float64 `json:"step"`             // 0.1
+	ReadWriteRatio float64 `json:"read_write_ratio"` // read share, probe.DefaultReadWriteRatio
+	EMAWeight      float64 `json:"ema_weight"`       // probe.DefaultEMAWeight
+	Step           float64 `json:"step"`             // probe.DefaultStep
 }
 
 // Ingress configures ticketed admission (SPEC section 6).
 type Ingress struct {
-	Tickets        int64 `json:"tickets"`          // node-wide cap on in-flight commands, 1000000
-	MaxQueueDepth  int   `json:"max_queue_depth"`  // 100000; 0 = reject when no ticket is free
-	QueueTimeoutMS int   `json:"queue_timeout_ms"` // 10000
+	Tickets        int64 `json:"tickets"`          // node-wide cap on in-flight commands, ingress.DefaultNodeTickets
+	MaxQueueDepth  int   `json:"max_queue_depth"`  // ingress.DefaultMaxQueueDepth; 0 = reject when no ticket is free
+	QueueTimeoutMS int   `json:"queue_timeout_ms"` // ingress.DefaultQueueTimeout
 	Probe          Probe `json:"probe"`
 }
 
@@ -134,22 +96,25 @@ type User struct {
 	Privileges   []string `json:"privileges,omitempty"`
 }
 
-// File is the whole config file. Field comments give the defaults Default
-// fills in; Validate states the rules.
+// File is the whole config file. Field comments name the constant of each
+// default, owned by the package that applies it. Default fills in those of
+// tenant, ingress and probe; the server's (pointer fields) stay nil when
+// the file leaves them out, and the server applies its defaults (config
+// cannot import package server). Validate states the rules.
 type File struct {
-	NodeCapacity                 int64 `json:"node_capacity"`                   // units/s, 25000
-	DefaultThrottleReservedUnits Limit `json:"default_throttle_reserved_units"` // 1666
-	DefaultThrottleHardLimit     Limit `json:"default_throttle_hard_limit"`     // unlimited
-	ReadUnitSize                 int   `json:"read_unit_size"`                  // bytes per RU, 4096
-	WriteUnitSize                int   `json:"write_unit_size"`                 // bytes per WU, 1024
-	MaxConnectionsPerBucket      int   `json:"max_connections_per_bucket"`      // 600
-	MaxConnections               int   `json:"max_connections"`                 // 10000
-	MaxThrottleWaitMS            int   `json:"max_throttle_wait_ms"`            // 30000
-	MaxItemSize                  int   `json:"max_item_size"`                   // 1 MiB
-	MaxFrameSize                 int   `json:"max_frame_size"`                  // 20 MiB
-	IdleTimeoutMS                int   `json:"idle_timeout_ms"`                 // 60000
-	MaxInflightBytes             int64 `json:"max_inflight_bytes"`              // 0 = no limit
-	WALSync                      bool  `json:"wal_sync"`                        // true
+	NodeCapacity                 int64 `json:"node_capacity"`                        // units/s, tenant.DefaultCapacity
+	DefaultThrottleReservedUnits Limit `json:"default_throttle_reserved_units"`      // tenant.DefaultReserved
+	DefaultThrottleHardLimit     Limit `json:"default_throttle_hard_limit"`          // tenant.DefaultHardLimit
+	ReadUnitSize                 int   `json:"read_unit_size"`                       // bytes per RU, tenant.DefaultReadUnitSize
+	WriteUnitSize                int   `json:"write_unit_size"`                      // bytes per WU, tenant.DefaultWriteUnitSize
+	MaxConnectionsPerBucket      *int  `json:"max_connections_per_bucket,omitempty"` // nil: server.DefaultMaxConnectionsPerBucket
+	MaxConnections               *int  `json:"max_connections,omitempty"`            // nil: server.DefaultMaxConnections
+	MaxThrottleWaitMS            *int  `json:"max_throttle_wait_ms,omitempty"`       // nil: server.DefaultMaxThrottleWait
+	MaxItemSize                  *int  `json:"max_item_size,omitempty"`              // nil: server.DefaultMaxItemSize
+	MaxFrameSize                 *int  `json:"max_frame_size,omitempty"`             // nil: server.DefaultMaxFrameSize
+	IdleTimeoutMS                *int  `json:"idle_timeout_ms,omitempty"`            // nil: server.DefaultIdleTimeout
+	MaxInflightBytes             int64 `json:"max_inflight_bytes"`                   // 0 = no limit
+	WALSync                      *bool `json:"wal_sync,omitempty"`                   // nil: server.DefaultWALSync
 
 	// AnonymousBucket, if set, is the bucket unauthenticated connections
 	// start selected on; "" means no anonymous access.
@@ -159,32 +124,26 @@ type File struct {
 	Users           []User   `json:"users,omitempty"`
 }
 
-// Default returns a File with every default and no buckets or users.
+// Default returns a File with the defaults of tenant, ingress and probe,
+// the server's fields nil (the server's defaults), and no buckets or users.
 func Default() *File {
 	return &File{
-		NodeCapacity:                 25000,
-		DefaultThrottleReservedUnits: 1666,
-		DefaultThrottleHardLimit:     Limit(Unlimited),
-		ReadUnitSize:                 4096,
-		WriteUnitSize:                1024,
-		MaxConnectionsPerBucket:      600,
-		MaxConnections:               10000,
-		MaxThrottleWaitMS:            30000,
-		MaxItemSize:                  1 << 20,
-		MaxFrameSize:                 20 << 20,
-		IdleTimeoutMS:                60000,
-		WALSync:                      true,
+		NodeCapacity:                 tenant.DefaultCapacity,
+		DefaultThrottleReservedUnits: Limit(tenant.DefaultReserved),
+		DefaultThrottleHardLimit:     Limit(tenant.DefaultHardLimit),
+		ReadUnitSize:                 tenant.DefaultReadUnitSize,
+		WriteUnitSize:                tenant.DefaultWriteUnitSize,
 		Ingress: Ingress{
-			Tickets:        1000000,
-			MaxQueueDepth:  100000,
-			QueueTimeoutMS: 10000,
+			Tickets:        ingress.DefaultNodeTickets,
+			MaxQueueDepth:  ingress.DefaultMaxQueueDepth,
+			QueueTimeoutMS: int(ingress.DefaultQueueTimeout / time.Millisecond),
 			Probe: Probe{
-				IntervalMS:     100,
-				Min:            4,
-				Max:            128,
-				ReadWriteRatio: 0.5,
-				EMAWeight:      0.2,
-				Step:           0.1,
+				IntervalMS:     int(probe.DefaultInterval / time.Millisecond),
+				Min:            probe.DefaultMin,
+				Max:            probe.DefaultMax,
+				ReadWriteRatio: probe.DefaultReadWriteRatio,
+				EMAWeight:      probe.DefaultEMAWeight,
+				Step:           probe.DefaultStep,
 			},
 		},
 	}

@@ -12,6 +12,8 @@ import (
 
 func limit(n int64) *Limit { l := Limit(n); return &l }
 
+func ptr[T any](v T) *T { return &v }
+
 func TestDefaults(t *testing.T) {
 	for _, in := range []string{`{}`, " {\n} \n"} {
 		f, err := Parse([]byte(in))
@@ -20,9 +22,7 @@ func TestDefaults(t *testing.T) {
 		}
 		want := &File{
 			NodeCapacity: 25000, DefaultThrottleReservedUnits: 1666, DefaultThrottleHardLimit: Limit(Unlimited),
-			ReadUnitSize: 4096, WriteUnitSize: 1024, MaxConnectionsPerBucket: 600, MaxConnections: 10000,
-			MaxThrottleWaitMS: 30000, MaxItemSize: 1048576, MaxFrameSize: 20971520, IdleTimeoutMS: 60000,
-			MaxInflightBytes: 0, WALSync: true,
+			ReadUnitSize: 4096, WriteUnitSize: 1024, MaxInflightBytes: 0, // the server's fields nil: its defaults
 			Ingress: Ingress{Tickets: 1000000, MaxQueueDepth: 100000, QueueTimeoutMS: 10000,
 				Probe: Probe{IntervalMS: 100, Min: 4, Max: 128, Initial: 0, ReadWriteRatio: 0.5, EMAWeight: 0.2, Step: 0.1}},
 		}
@@ -60,9 +60,9 @@ func TestEveryField(t *testing.T) {
 	}
 	want := &File{
 		NodeCapacity: 1000, DefaultThrottleReservedUnits: 10, DefaultThrottleHardLimit: 20,
-		ReadUnitSize: 100, WriteUnitSize: 50, MaxConnectionsPerBucket: 7, MaxConnections: 70,
-		MaxThrottleWaitMS: 900, MaxItemSize: 2048, MaxFrameSize: 4096, IdleTimeoutMS: 5000,
-		MaxInflightBytes: 1 << 30, WALSync: false, AnonymousBucket: "b1",
+		ReadUnitSize: 100, WriteUnitSize: 50, MaxConnectionsPerBucket: ptr(7), MaxConnections: ptr(70),
+		MaxThrottleWaitMS: ptr(900), MaxItemSize: ptr(2048), MaxFrameSize: ptr(4096), IdleTimeoutMS: ptr(5000),
+		MaxInflightBytes: 1 << 30, WALSync: ptr(false), AnonymousBucket: "b1",
 		Ingress: Ingress{Tickets: 64, MaxQueueDepth: 0, QueueTimeoutMS: 250,
 			Probe: Probe{IntervalMS: 50, Min: 2, Max: 16, Initial: 8, ReadWriteRatio: 0.75, EMAWeight: 1, Step: 0.25}},
 		Buckets: []Bucket{
@@ -89,7 +89,7 @@ func TestPartialNested(t *testing.T) {
 	}
 	want := Default()
 	want.Ingress.Probe.Max = 64
-	want.MaxConnections = 5
+	want.MaxConnections = ptr(5)
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("Parse = %+v, want %+v", f, want)
 	}
@@ -281,7 +281,7 @@ func TestLoad(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"max_conections": 3}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if f, err := Load(good); err != nil || f.MaxConnections != 3 {
+	if f, err := Load(good); err != nil || *f.MaxConnections != 3 {
 		t.Errorf("Load(good) = %+v, %v", f, err)
 	}
 	_, err := Load(bad)

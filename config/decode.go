@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	"kvd/tenant"
 )
 
 // Strict decoding. encoding/json's DisallowUnknownFields reports an
@@ -39,7 +41,7 @@ func decodeFile(data []byte, f *File) error {
 		return fmt.Errorf("%w: empty input, want a JSON object", ErrSyntax)
 	}
 	if trimmed[0] != '{' {
-		return fmt.Errorf("%w: want a JSON object, got %s", ErrSyntax, describeJSON(trimmed))
+		return fmt.Errorf("%w: want a JSON object, got %s", ErrSyntax, tenant.DescribeJSON(trimmed))
 	}
 	type base File // the embedded real type; its name is embeddedName
 	w := struct {
@@ -145,30 +147,14 @@ func decodeError(err error, data []byte, path string) error {
 // everything else (a value that is not an object, bad syntax, wrong types)
 // to the typed decoding that follows.
 func checkKeys(data []byte, path string, names map[string]bool) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	key, dup, ok := tenant.CheckObjectKeys(data, names)
+	switch {
+	case ok:
 		return nil
+	case dup:
+		return fmt.Errorf("%w %q", ErrDuplicateField, joinPath(path, key))
 	}
-	seen := make(map[string]bool, len(names))
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		key, _ := tok.(string)
-		switch {
-		case !names[key]:
-			return fmt.Errorf("%w %q", ErrUnknownField, joinPath(path, key))
-		case seen[key]:
-			return fmt.Errorf("%w %q", ErrDuplicateField, joinPath(path, key))
-		}
-		seen[key] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return nil
-		}
-	}
-	return nil
+	return fmt.Errorf("%w %q", ErrUnknownField, joinPath(path, key))
 }
 
 // fieldNames returns the JSON names of t's fields (t a struct or a pointer
@@ -228,8 +214,8 @@ func position(data []byte, offset int64) string {
 
 // typeWant describes in words what a Go field accepts.
 func typeWant(t reflect.Type) string {
-	if t == reflect.TypeFor[Limit]() {
-		return `a non-negative integer or "unlimited"`
+	if w := tenant.LimitTypeWant(t); w != "" {
+		return w
 	}
 	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
@@ -249,31 +235,4 @@ func typeWant(t reflect.Type) string {
 		return "an object"
 	}
 	return t.String()
-}
-
-// describeJSON names a JSON value the way encoding/json's errors do
-// ("number -5", `string "lots"`, "bool"), cut to a readable length.
-func describeJSON(b []byte) string {
-	const maxLen = 40
-	s := string(b)
-	if len(s) > maxLen {
-		s = s[:maxLen] + "…"
-	}
-	switch {
-	case len(b) == 0:
-		return "nothing"
-	case b[0] == '"':
-		return "string " + s
-	case b[0] == '-' || (b[0] >= '0' && b[0] <= '9'):
-		return "number " + s
-	case b[0] == 't' || b[0] == 'f':
-		return "bool"
-	case b[0] == 'n':
-		return "null"
-	case b[0] == '{':
-		return "object"
-	case b[0] == '[':
-		return "array"
-	}
-	return s
 }

@@ -5,11 +5,23 @@ import (
 	"fmt"
 )
 
-// frameHeadroom is how much larger than max_item_size the frame cap must
+// FrameHeadroom is how much larger than max_item_size the frame cap must
 // be: a maximal value still needs its 24-byte header, extras, framing
 // extras and a key of up to 250 bytes in the same frame, or it would be
 // refused as a protocol error (connection closed) instead of E2big.
-const frameHeadroom = 1024
+const FrameHeadroom = 1024
+
+// CheckFrameHeadroom reports, as an ErrInvalid error naming
+// max_frame_size, a frame cap that leaves no room for a maximal item.
+// Validate calls it when the file gives both sizes; the daemon calls it on
+// the effective sizes (the server's defaults filled in) when it gives one.
+func CheckFrameHeadroom(maxItemSize, maxFrameSize int) error {
+	if maxItemSize > 0 && maxFrameSize > 0 && int64(maxFrameSize) < int64(maxItemSize)+FrameHeadroom {
+		return fmt.Errorf("%w for %q: %d leaves no room for a max_item_size (%d) value: want at least %d",
+			ErrInvalid, "max_frame_size", maxFrameSize, maxItemSize, int64(maxItemSize)+FrameHeadroom)
+	}
+	return nil
+}
 
 // maxBucketNameLen is the longest bucket name (the rule is tenant's
 // ValidBucketName: 1..100 bytes of A-Z a-z 0-9 _ . % -, repeated here
@@ -27,6 +39,16 @@ func (p *problems) addf(field, format string, args ...any) {
 func (p *problems) positive(field string, v int64) {
 	if v <= 0 {
 		p.addf(field, "must be positive, got %d", v)
+	}
+}
+
+func (p *problems) add(err error) { *p = append(*p, err) }
+
+// positiveIfSet records a problem if v is set and not positive (nil: the
+// server's default).
+func (p *problems) positiveIfSet(field string, v *int) {
+	if v != nil {
+		p.positive(field, int64(*v))
 	}
 }
 
@@ -75,16 +97,17 @@ func (f *File) validateNode(p *problems) {
 	p.positive("node_capacity", f.NodeCapacity)
 	p.positive("read_unit_size", int64(f.ReadUnitSize))
 	p.positive("write_unit_size", int64(f.WriteUnitSize))
-	p.positive("max_connections_per_bucket", int64(f.MaxConnectionsPerBucket))
-	p.positive("max_connections", int64(f.MaxConnections))
-	p.positive("max_throttle_wait_ms", int64(f.MaxThrottleWaitMS))
-	p.positive("max_item_size", int64(f.MaxItemSize))
-	p.positive("max_frame_size", int64(f.MaxFrameSize))
-	p.positive("idle_timeout_ms", int64(f.IdleTimeoutMS))
+	p.positiveIfSet("max_connections_per_bucket", f.MaxConnectionsPerBucket)
+	p.positiveIfSet("max_connections", f.MaxConnections)
+	p.positiveIfSet("max_throttle_wait_ms", f.MaxThrottleWaitMS)
+	p.positiveIfSet("max_item_size", f.MaxItemSize)
+	p.positiveIfSet("max_frame_size", f.MaxFrameSize)
+	p.positiveIfSet("idle_timeout_ms", f.IdleTimeoutMS)
 	p.nonNegative("max_inflight_bytes", f.MaxInflightBytes)
-	if f.MaxItemSize > 0 && f.MaxFrameSize > 0 && int64(f.MaxFrameSize) < int64(f.MaxItemSize)+frameHeadroom {
-		p.addf("max_frame_size", "%d leaves no room for a max_item_size (%d) value: want at least %d",
-			f.MaxFrameSize, f.MaxItemSize, int64(f.MaxItemSize)+frameHeadroom)
+	if f.MaxItemSize != nil && f.MaxFrameSize != nil {
+		if err := CheckFrameHeadroom(*f.MaxItemSize, *f.MaxFrameSize); err != nil {
+			p.add(err)
+		}
 	}
 	checkLimits(p, "default_throttle_reserved_units", "default_throttle_hard_limit",
 		f.DefaultThrottleReservedUnits, f.DefaultThrottleHardLimit, "")

@@ -145,7 +145,7 @@ func (c *conn) peekFrame() []byte {
 		return buf
 	}
 	hdr, _ := c.gc.Peek(binary.HeaderLen)
-	need := binary.HeaderLen + int(uint32(hdr[8])<<24|uint32(hdr[9])<<16|uint32(hdr[10])<<8|uint32(hdr[11])) // TODO(limits): binary.BodyLen
+	need := binary.FrameLen(hdr)
 	if need > avail || need > binary.HeaderLen+c.srv.opts.MaxFrameSize {
 		return hdr
 	}

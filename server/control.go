@@ -18,13 +18,13 @@ import (
 const noBucketName = "@no bucket@"
 
 // helloFeatures maps HELLO feature codes to what they enable.
-var helloFeatures = map[uint16]features{
-	0x07: featXError,
-	0x08: featSelectBucket,
-	0x0b: featJSON,
-	0x10: featAltRequest,
-	0x1a: featReportUnits,
-	0x1b: featNonBlocking,
+var helloFeatures = map[mc.Feature]features{
+	mc.FeatureXError:       featXError,
+	mc.FeatureSelectBucket: featSelectBucket,
+	mc.FeatureJSON:         featJSON,
+	mc.FeatureAltRequest:   featAltRequest,
+	mc.FeatureReportUnits:  featReportUnits,
+	mc.FeatureNonBlocking:  featNonBlocking,
 }
 
 // handleControl answers a command that is not a data command. Those that do
@@ -78,7 +78,7 @@ func (c *conn) hello(req *mc.Request) {
 	var reply []byte
 	for v := req.Value; len(v) >= 2; v = v[2:] {
 		code := binary.BigEndian.Uint16(v)
-		f, ok := helloFeatures[code]
+		f, ok := helloFeatures[mc.Feature(code)]
 		if !ok || c.features&f != 0 {
 			continue
 		}

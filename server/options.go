@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -45,17 +46,17 @@ type UserSpec struct {
 // Options configures New. Zero values take the defaults documented on each
 // field (EnsureDefaults); Validate reports what cannot work.
 type Options struct {
-	// Listen is the protocol address. Default "127.0.0.1:11211".
+	// Listen is the protocol address. Default DefaultListen.
 	Listen string
 	// Loops is the number of gnet event loops. Default GOMAXPROCS.
 	Loops int
-	// DataDir is the Pebble directory. Default "./data".
+	// DataDir is the Pebble directory. Default DefaultDataDir.
 	DataDir string
 	// DisableWALSync acknowledges mutations before their WAL write is
 	// fsynced: faster, but a crash or power loss can lose the last
 	// acknowledged writes. Default false (every ack is durable).
 	DisableWALSync bool
-	// CacheSize is Pebble's block cache in bytes. Default 64 MiB.
+	// CacheSize is Pebble's block cache in bytes. Default DefaultCacheSize.
 	CacheSize int64
 	// Users are the configured users. Default: none.
 	Users []UserSpec
@@ -66,28 +67,28 @@ type Options struct {
 	DefaultSettings tenant.Settings
 	// AnonymousBucket, when set, is selected for unauthenticated connections.
 	AnonymousBucket string
-	// MaxConnections bounds open connections node-wide. Default 10000.
+	// MaxConnections bounds open connections node-wide. Default DefaultMaxConnections.
 	MaxConnections int
 	// MaxConnectionsPerBucket bounds connections that select one bucket;
-	// privileged users are exempt. Default 600.
+	// privileged users are exempt. Default DefaultMaxConnectionsPerBucket.
 	MaxConnectionsPerBucket int
 	// IdleTimeout closes a connection that holds an unfinished frame this
-	// long. Default 60s.
+	// long. Default DefaultIdleTimeout.
 	IdleTimeout time.Duration
-	// MaxFrameSize is the largest frame body accepted. Default 20 MiB.
+	// MaxFrameSize is the largest frame body accepted. Default DefaultMaxFrameSize.
 	MaxFrameSize int
-	// MaxItemSize is the largest value stored. Default 1 MiB.
+	// MaxItemSize is the largest value stored. Default DefaultMaxItemSize.
 	MaxItemSize int
 	// MaxConnBuffer closes a connection whose unread input or unsent output
-	// passes it. Default 64 MiB.
+	// passes it. Default DefaultMaxConnBuffer.
 	MaxConnBuffer int
-	// NodeCapacity is the node's units per second. Default 25000.
+	// NodeCapacity is the node's units per second. Default DefaultNodeCapacity.
 	NodeCapacity int64
 	// ReadUnitSize and WriteUnitSize are the bytes per read and write unit.
-	// Defaults 4096 and 1024.
+	// Defaults DefaultReadUnitSize and DefaultWriteUnitSize.
 	ReadUnitSize, WriteUnitSize int
 	// MaxThrottleWait is the longest a throttled command stays parked
-	// before it is answered 0x86. Default 30s.
+	// before it is answered 0x86. Default DefaultMaxThrottleWait.
 	MaxThrottleWait time.Duration
 	// Ingress configures ticketed admission. Defaults: see package ingress.
 	Ingress IngressOptions
@@ -97,47 +98,21 @@ type Options struct {
 	Now func() time.Time
 }
 
-// EnsureDefaults fills zero fields with their defaults.
+// EnsureDefaults fills zero (or negative) fields with their defaults.
 func (o *Options) EnsureDefaults() {
-	if o.Listen == "" {
-		o.Listen = "127.0.0.1:11211"
-	}
-	if o.Loops <= 0 {
-		o.Loops = runtime.GOMAXPROCS(0)
-	}
-	if o.DataDir == "" {
-		o.DataDir = "./data"
-	}
-	if o.MaxConnections <= 0 {
-		o.MaxConnections = 10000
-	}
-	if o.MaxConnectionsPerBucket <= 0 {
-		o.MaxConnectionsPerBucket = 600
-	}
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = 60 * time.Second
-	}
-	if o.MaxFrameSize <= 0 {
-		o.MaxFrameSize = 20 << 20
-	}
-	if o.MaxItemSize <= 0 {
-		o.MaxItemSize = 1 << 20
-	}
-	if o.MaxConnBuffer <= 0 {
-		o.MaxConnBuffer = 64 << 20
-	}
-	if o.NodeCapacity <= 0 {
-		o.NodeCapacity = 25000
-	}
-	if o.ReadUnitSize <= 0 {
-		o.ReadUnitSize = 4096
-	}
-	if o.WriteUnitSize <= 0 {
-		o.WriteUnitSize = 1024
-	}
-	if o.MaxThrottleWait <= 0 {
-		o.MaxThrottleWait = 30 * time.Second
-	}
+	orDefault(&o.Listen, DefaultListen)
+	orDefault(&o.Loops, runtime.GOMAXPROCS(0))
+	orDefault(&o.DataDir, DefaultDataDir)
+	orDefault(&o.MaxConnections, DefaultMaxConnections)
+	orDefault(&o.MaxConnectionsPerBucket, DefaultMaxConnectionsPerBucket)
+	orDefault(&o.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&o.MaxFrameSize, DefaultMaxFrameSize)
+	orDefault(&o.MaxItemSize, DefaultMaxItemSize)
+	orDefault(&o.MaxConnBuffer, DefaultMaxConnBuffer)
+	orDefault(&o.NodeCapacity, DefaultNodeCapacity)
+	orDefault(&o.ReadUnitSize, DefaultReadUnitSize)
+	orDefault(&o.WriteUnitSize, DefaultWriteUnitSize)
+	orDefault(&o.MaxThrottleWait, DefaultMaxThrottleWait)
 	if o.Ingress.Probe.GOMAXPROCS == 0 {
 		o.Ingress.Probe.GOMAXPROCS = runtime.GOMAXPROCS(0)
 	}
@@ -204,5 +179,13 @@ func warnUnenforced(o *Options, log *slog.Logger) {
 				log.Warn("setting not enforced yet", "bucket", b.Name, "setting", f.name)
 			}
 		}
+	}
+}
+
+// orDefault sets *v to def when it is zero or negative ("" for strings).
+func orDefault[T cmp.Ordered](v *T, def T) {
+	var zero T
+	if *v <= zero {
+		*v = def
 	}
 }

@@ -17,6 +17,16 @@
 //     second, per-bucket queue and deadline limits), their validation, and
 //     their JSON form, used for CREATE_BUCKET values and for persisting
 //     settings across restarts. [ValidBucketName] is the naming rule.
+//   - Limits: [Limit], the one codec of `a non-negative integer or
+//     "unlimited"` ([Unlimited]) for JSON, with [ParseLimit] and
+//     [FormatLimit] for text; the config file, settings and kvctl use it.
+//   - The throttle commands' documents: [ParseBucketThrottle] reads a
+//     SetBucketThrottleProperties (0x2a) value and [ParseNodeThrottle] a
+//     SetNodeThrottleProperties (0x2c) value into [NodeSettings], with
+//     gjson, at most [MaxThrottleDocLen] bytes; their errors match
+//     [ErrInvalidSettings] and their text is the reason for the client.
+//   - The node throttle defaults: [DefaultCapacity], [DefaultReserved],
+//     [DefaultHardLimit], [DefaultReadUnitSize], [DefaultWriteUnitSize].
 //
 // A later change adds the live per-bucket state (usage gauges, throttle
 // decisions) as a Bucket type here; nothing in this file set depends on it.

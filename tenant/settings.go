@@ -8,14 +8,26 @@ import (
 	"io"
 	"math"
 	"reflect"
-	"strconv"
 	"strings"
 	"time"
 )
 
-// Unlimited is the Reserved or HardLimit value for "no limit". An
-// unlimited reservation turns throttling off for the bucket.
-const Unlimited int64 = -1
+// Node throttle defaults (SPEC section 5): what a node given no setting
+// uses, and what the config file's fields default to.
+const (
+	// DefaultCapacity is the node's units per second.
+	DefaultCapacity int64 = 25000
+	// DefaultReserved is the reserved units per second of a bucket created
+	// without settings.
+	DefaultReserved int64 = 1666
+	// DefaultHardLimit is the hard limit of a bucket created without
+	// settings.
+	DefaultHardLimit = Unlimited
+	// DefaultReadUnitSize is the bytes per read unit (RU).
+	DefaultReadUnitSize = 4096
+	// DefaultWriteUnitSize is the bytes per write unit (WU).
+	DefaultWriteUnitSize = 1024
+)
 
 // DefaultDeadlinePercentile is the percentile the deadline gate uses when
 // a bucket sets a deadline but DeadlinePercentile is 0.
@@ -99,16 +111,16 @@ func invalidf(format string, args ...any) error {
 }
 
 // settingsJSON is the JSON form of Settings: the field names of a config
-// file's bucket entry, durations in their unit, limits as limitJSON.
+// file's bucket entry, durations in their unit, limits as Limit.
 type settingsJSON struct {
-	Reserved            *limitJSON `json:"reserved,omitempty"`
-	HardLimit           *limitJSON `json:"hard_limit,omitempty"`
-	MaxConcurrent       *int       `json:"max_concurrent,omitempty"`
-	MaxQueued           *int       `json:"max_queued,omitempty"`
-	QueueTimeoutMS      *int64     `json:"queue_timeout_ms,omitempty"`
-	DeadlineMS          *int64     `json:"deadline_ms,omitempty"`
-	DeadlinePercentile  *int       `json:"deadline_percentile,omitempty"`
-	ExpectedExecutionUS *int64     `json:"expected_execution_us,omitempty"`
+	Reserved            *Limit `json:"reserved,omitempty"`
+	HardLimit           *Limit `json:"hard_limit,omitempty"`
+	MaxConcurrent       *int   `json:"max_concurrent,omitempty"`
+	MaxQueued           *int   `json:"max_queued,omitempty"`
+	QueueTimeoutMS      *int64 `json:"queue_timeout_ms,omitempty"`
+	DeadlineMS          *int64 `json:"deadline_ms,omitempty"`
+	DeadlinePercentile  *int   `json:"deadline_percentile,omitempty"`
+	ExpectedExecutionUS *int64 `json:"expected_execution_us,omitempty"`
 }
 
 // MarshalJSON writes every field, limits as a number or "unlimited":
@@ -118,7 +130,7 @@ type settingsJSON struct {
 //
 // ParseSettings reads it back (durations are kept to the ms / µs).
 func (s Settings) MarshalJSON() ([]byte, error) {
-	r, h := limitJSON(s.Reserved), limitJSON(s.HardLimit)
+	r, h := Limit(s.Reserved), Limit(s.HardLimit)
 	qt, dl, ee := s.QueueTimeout.Milliseconds(), s.Deadline.Milliseconds(), s.ExpectedExecution.Microseconds()
 	return json.Marshal(settingsJSON{
 		Reserved: &r, HardLimit: &h,
@@ -199,7 +211,7 @@ func (in settingsJSON) apply(s Settings) (Settings, error) {
 	return s, nil
 }
 
-func setLimit(dst *int64, v *limitJSON) {
+func setLimit(dst *int64, v *Limit) {
 	if v != nil {
 		*dst = int64(*v)
 	}
@@ -226,30 +238,47 @@ var settingsFields = func() map[string]bool {
 // (encoding/json alone would accept "Reserved") and keys given twice. It
 // leaves syntax and type errors to the decoding that follows.
 func checkSettingsKeys(data []byte) error {
+	key, dup, ok := CheckObjectKeys(data, settingsFields)
+	switch {
+	case ok:
+		return nil
+	case dup:
+		return invalidf("duplicate field %q", key)
+	}
+	return invalidf("unknown field %q", key)
+}
+
+// CheckObjectKeys returns the first key of the JSON object in data that is
+// not exactly one of names (encoding/json matches keys case-insensitively),
+// or that appears twice (dup true); ok is true if there is none. It leaves
+// everything else (a value that is not an object, bad syntax, wrong types)
+// to the typed decoding that follows. The strict decoders of settings and
+// of the config file use it.
+func CheckObjectKeys(data []byte, names map[string]bool) (key string, dup, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil
+		return "", false, true
 	}
-	seen := make(map[string]bool, len(settingsFields))
+	seen := make(map[string]bool, len(names))
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil
+			return "", false, true
 		}
 		key, _ := tok.(string)
 		switch {
-		case !settingsFields[key]:
-			return invalidf("unknown field %q", key)
+		case !names[key]:
+			return key, false, false
 		case seen[key]:
-			return invalidf("duplicate field %q", key)
+			return key, true, false
 		}
 		seen[key] = true
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
-			return nil
+			return "", false, true
 		}
 	}
-	return nil
+	return "", false, true
 }
 
 // decodeError turns an encoding/json error into an ErrInvalidSettings
@@ -272,65 +301,14 @@ func decodeError(err error) error {
 }
 
 func typeWant(t reflect.Type) string {
-	if t == reflect.TypeFor[limitJSON]() {
-		return `a non-negative integer or "unlimited"`
+	if w := LimitTypeWant(t); w != "" {
+		return w
 	}
 	switch t.Kind() {
 	case reflect.Int, reflect.Int64:
 		return "an integer"
 	}
 	return t.String()
-}
-
-// limitJSON is a units-per-second limit in JSON: a non-negative integer or
-// the string "unlimited" (Unlimited).
-type limitJSON int64
-
-func (l limitJSON) MarshalJSON() ([]byte, error) {
-	if int64(l) == Unlimited {
-		return []byte(`"unlimited"`), nil
-	}
-	return strconv.AppendInt(nil, int64(l), 10), nil
-}
-
-// UnmarshalJSON returns a *json.UnmarshalTypeError for anything else, so
-// encoding/json adds the field name to it.
-func (l *limitJSON) UnmarshalJSON(b []byte) error {
-	if string(b) == `"unlimited"` {
-		*l = limitJSON(Unlimited)
-		return nil
-	}
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil || n < 0 {
-		return &json.UnmarshalTypeError{Value: describeJSON(b), Type: reflect.TypeFor[limitJSON]()}
-	}
-	*l = limitJSON(n)
-	return nil
-}
-
-// describeJSON names a JSON value the way encoding/json's errors do
-// ("number -5", "string \"lots\"", "bool"), cut to a readable length.
-func describeJSON(b []byte) string {
-	const max = 40
-	s := string(b)
-	if len(s) > max {
-		s = s[:max] + "…"
-	}
-	switch {
-	case len(b) == 0:
-		return "nothing"
-	case b[0] == '"':
-		return "string " + s
-	case b[0] == '-' || (b[0] >= '0' && b[0] <= '9'):
-		return "number " + s
-	case b[0] == 't' || b[0] == 'f':
-		return "bool"
-	case b[0] == '{':
-		return "object"
-	case b[0] == '[':
-		return "array"
-	}
-	return s
 }
 
 // maxBucketNameLen is the longest bucket name, as in Couchbase.

@@ -16,7 +16,7 @@ var allowedImports = map[string][]string{
 	"kvd/protocol/text":   {},
 	"kvd/gauge":           {},
 	"kvd/probe":           {},
-	"kvd/config":          {},
+	"kvd/config":          {"kvd/tenant", "kvd/ingress", "kvd/probe"},
 	"kvd/engine":          {"github.com/cockroachdb/pebble/v2"},
 	"kvd/tenant":          {"kvd/gauge", "golang.org/x/crypto", "github.com/tidwall/gjson"},
 	"kvd/catalog":         {"kvd/engine", "kvd/tenant"},

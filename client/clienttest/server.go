@@ -211,8 +211,7 @@ func readRequest(r *bufio.Reader) (*binary.Request, error) {
 	if _, err := binary.DecodeRequest(hdr, math.MaxUint32, req); err != nil {
 		return nil, err
 	}
-	body := int(hdr[8])<<24 | int(hdr[9])<<16 | int(hdr[10])<<8 | int(hdr[11])
-	buf := append(hdr, make([]byte, body)...)
+	buf := append(hdr, make([]byte, binary.BodyLen(hdr))...)
 	if _, err := io.ReadFull(r, buf[binary.HeaderLen:]); err != nil {
 		return nil, err
 	}

@@ -174,7 +174,7 @@ func orUnlimited(l *limit) *limit {
 	if l.given {
 		return l
 	}
-	return &limit{given: true, unlimited: true}
+	return &limit{given: true, v: tenant.Limit(tenant.Unlimited)}
 }
 
 func bindCreateBucket(fs *flag.FlagSet) runFunc {

@@ -7,8 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
+
+	"kvd/tenant"
 )
 
 // usageError is a mistake on the command line: kvctl prints it and exits
@@ -23,47 +24,34 @@ func usagef(format string, args ...any) error {
 
 // limit is a flag value: a non-negative integer, or "unlimited" unless
 // countOnly. It remembers whether the flag was given, and marshals to JSON
-// the way kvd reads it (a number or the string "unlimited").
+// the way kvd reads it (tenant.Limit: a number or the string "unlimited").
 type limit struct {
 	given     bool
-	unlimited bool
-	n         int64
+	v         tenant.Limit
 	countOnly bool
 }
 
 func (l *limit) Set(s string) error {
-	if s == "unlimited" && !l.countOnly {
-		l.given, l.unlimited, l.n = true, true, 0
-		return nil
+	v, err := tenant.ParseLimit(s)
+	if l.countOnly && (err != nil || v == tenant.Unlimited) {
+		return fmt.Errorf("want a non-negative integer, got %q", s)
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
-		if l.countOnly {
-			return fmt.Errorf("want a non-negative integer, got %q", s)
-		}
-		return fmt.Errorf("want a non-negative integer or \"unlimited\", got %q", s)
+	if err != nil {
+		return err
 	}
-	l.given, l.unlimited, l.n = true, false, n
+	l.given, l.v = true, tenant.Limit(v)
 	return nil
 }
 
 // String is the value as typed; "" when not given.
 func (l *limit) String() string {
-	switch {
-	case l == nil || !l.given:
+	if l == nil || !l.given {
 		return ""
-	case l.unlimited:
-		return "unlimited"
 	}
-	return strconv.FormatInt(l.n, 10)
+	return l.v.String()
 }
 
-func (l *limit) MarshalJSON() ([]byte, error) {
-	if l.unlimited {
-		return []byte(`"unlimited"`), nil
-	}
-	return strconv.AppendInt(nil, l.n, 10), nil
-}
+func (l *limit) MarshalJSON() ([]byte, error) { return l.v.MarshalJSON() }
 
 // member is one name/value pair of an object.
 type member struct {

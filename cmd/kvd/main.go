@@ -32,8 +32,8 @@ func main() {
 }
 
 func run() error {
-	listen := flag.String("listen", "127.0.0.1:11211", "protocol address")
-	dataDir := flag.String("data-dir", "./data", "data directory")
+	listen := flag.String("listen", server.DefaultListen, "protocol address")
+	dataDir := flag.String("data-dir", server.DefaultDataDir, "data directory")
 	cfgPath := flag.String("config", "", "config file (default "+defaultConfig+", else the embedded copy)")
 	metrics := flag.String("metrics-listen", "127.0.0.1:11280", "Prometheus address; empty disables")
 	level := flag.String("log-level", "info", "debug, info, warn or error")
@@ -57,7 +57,7 @@ func run() error {
 		_ = srv.Close()
 		return err
 	}
-	log.Info("kvd serving", "listen", *listen, "data_dir", *dataDir, "wal_sync", cfg.WALSync)
+	log.Info("kvd serving", "listen", *listen, "data_dir", *dataDir, "wal_sync", !opts.DisableWALSync)
 	if *metrics != "" {
 		stop, err := serveMetrics(*metrics, srv.MetricsHandler(), log)
 		if err != nil {
@@ -80,9 +80,20 @@ func run() error {
 	return srv.Shutdown(ctx)
 }
 
-// loadConfig reads the named file, or the default file when it exists, or
-// the embedded default.
+// loadConfig reads and checks the config (readConfig, then checkConfig).
 func loadConfig(path string) (*config.File, string, error) {
+	cfg, source, err := readConfig(path)
+	if err == nil {
+		if err = checkConfig(cfg); err != nil {
+			err = fmt.Errorf("%s: %w", source, err)
+		}
+	}
+	return cfg, source, err
+}
+
+// readConfig reads the named file, or the default file when it exists, or
+// the embedded default.
+func readConfig(path string) (*config.File, string, error) {
 	if path != "" {
 		cfg, err := config.Load(path)
 		return cfg, path, err
@@ -95,21 +106,48 @@ func loadConfig(path string) (*config.File, string, error) {
 	return cfg, defaultConfig, err
 }
 
+// checkConfig checks what config.Validate cannot, because it needs the
+// server's defaults for the fields the file leaves out: that the frame cap
+// leaves room for a maximal item.
+func checkConfig(cfg *config.File) error {
+	return config.CheckFrameHeadroom(orDefault(cfg.MaxItemSize, server.DefaultMaxItemSize),
+		orDefault(cfg.MaxFrameSize, server.DefaultMaxFrameSize))
+}
+
+// orDefault returns *p, or def when the file left the field out.
+func orDefault[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// orZero returns *p, or the zero value (the server's default) when the
+// file left the field out.
+func orZero[T any](p *T) T {
+	var zero T
+	return orDefault(p, zero)
+}
+
+// millis converts a field in milliseconds; 0 (left out) stays 0, the
+// server's default.
+func millis(p *int) time.Duration { return time.Duration(orZero(p)) * time.Millisecond }
+
 func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) server.Options {
 	opts := server.Options{
 		Listen:                  listen,
 		DataDir:                 dataDir,
-		DisableWALSync:          !cfg.WALSync,
+		DisableWALSync:          !orDefault(cfg.WALSync, server.DefaultWALSync),
 		AnonymousBucket:         cfg.AnonymousBucket,
-		MaxConnections:          cfg.MaxConnections,
-		MaxConnectionsPerBucket: cfg.MaxConnectionsPerBucket,
-		IdleTimeout:             time.Duration(cfg.IdleTimeoutMS) * time.Millisecond,
-		MaxFrameSize:            cfg.MaxFrameSize,
-		MaxItemSize:             cfg.MaxItemSize,
+		MaxConnections:          orZero(cfg.MaxConnections),
+		MaxConnectionsPerBucket: orZero(cfg.MaxConnectionsPerBucket),
+		IdleTimeout:             millis(cfg.IdleTimeoutMS),
+		MaxFrameSize:            orZero(cfg.MaxFrameSize),
+		MaxItemSize:             orZero(cfg.MaxItemSize),
 		NodeCapacity:            cfg.NodeCapacity,
 		ReadUnitSize:            cfg.ReadUnitSize,
 		WriteUnitSize:           cfg.WriteUnitSize,
-		MaxThrottleWait:         time.Duration(cfg.MaxThrottleWaitMS) * time.Millisecond,
+		MaxThrottleWait:         millis(cfg.MaxThrottleWaitMS),
 		Ingress:                 ingressOptions(cfg.Ingress),
 		Logger:                  log,
 		DefaultSettings: server.BucketSettings{

@@ -57,6 +57,9 @@ func (w *watcher) check() {
 	}
 	w.last = data
 	cfg, err := config.Parse(data)
+	if err == nil {
+		err = checkConfig(cfg)
+	}
 	if err != nil {
 		w.log.Error("config edit rejected, running config kept", "file", w.path, "err", err)
 		return

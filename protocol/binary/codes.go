@@ -17,6 +17,20 @@ const DatatypeJSON = 0x01
 // MaxKeyLen is the longest key memcached (and so kvd) accepts.
 const MaxKeyLen = 250
 
+// Feature is a HELLO feature code: HELLO's value is a list of them (u16
+// each, big-endian) and its reply the subset the server supports.
+type Feature uint16
+
+// HELLO features kvd supports (SPEC section 3).
+const (
+	FeatureXError       Feature = 0x07 // error bodies are {"error":{"context":"…"}}
+	FeatureSelectBucket Feature = 0x08 // SELECT_BUCKET
+	FeatureJSON         Feature = 0x0b // values may carry datatype JSON
+	FeatureAltRequest   Feature = 0x10 // AltRequestSupport: magic 0x08 requests, 0x18 replies
+	FeatureReportUnits  Feature = 0x1a // ReportUnitUsage: RU/WU/throttle frame infos in 0x18 replies
+	FeatureNonBlocking  Feature = 0x1b // NonBlockingThrottlingMode: 0x0c at once instead of parking
+)
+
 // Opcode is the command byte of a frame (header byte 1).
 type Opcode uint8
 

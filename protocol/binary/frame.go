@@ -71,6 +71,19 @@ type header struct {
 	cas                     uint64
 }
 
+// BodyLen returns the total body length a frame header declares (bytes
+// 8..11, big-endian), without checking anything else. hdr must hold at
+// least bytes 0..11 of the header. Readers use it to know how much more to
+// read once they have the header; DecodeRequest and DecodeResponse check
+// the length against their cap.
+func BodyLen(hdr []byte) int {
+	return int(ebin.BigEndian.Uint32(hdr[8:12]))
+}
+
+// FrameLen returns the length of the whole frame whose header starts hdr:
+// HeaderLen + BodyLen(hdr).
+func FrameLen(hdr []byte) int { return HeaderLen + BodyLen(hdr) }
+
 // readHeader parses the first HeaderLen bytes of b; alt selects the
 // alternative layout of bytes 2 and 3.
 func readHeader(b []byte, alt bool) header {

@@ -464,3 +464,36 @@ func TestDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestBodyLenFrameLen(t *testing.T) {
+	for _, r := range []*Request{
+		{Magic: MagicRequest, Opcode: OpGet, Key: []byte("k")},
+		{Magic: MagicRequest, Opcode: OpSet, Key: []byte("key"), Extras: make([]byte, 8), Value: make([]byte, 70000)},
+		{Magic: MagicAltRequest, Opcode: OpGet, FrameInfo: AppendFrameInfoUint16(nil, 1, 7), Key: []byte("k")},
+	} {
+		frame := AppendRequest(nil, r)
+		if got := FrameLen(frame); got != len(frame) {
+			t.Errorf("%v: FrameLen %d, frame is %d bytes", r.Opcode, got, len(frame))
+		}
+		if got, want := BodyLen(frame[:12]), len(frame)-HeaderLen; got != want {
+			t.Errorf("%v: BodyLen %d, want %d", r.Opcode, got, want)
+		}
+	}
+	hdr := make([]byte, HeaderLen)
+	copy(hdr[8:], []byte{0xff, 0xff, 0xff, 0xff})
+	if got := BodyLen(hdr); got != 1<<32-1 {
+		t.Errorf("BodyLen of 0xffffffff = %d", got)
+	}
+}
+
+func TestFeatureCodes(t *testing.T) {
+	// SPEC section 3's HELLO features.
+	for f, want := range map[Feature]uint16{
+		FeatureXError: 0x07, FeatureSelectBucket: 0x08, FeatureJSON: 0x0b,
+		FeatureAltRequest: 0x10, FeatureReportUnits: 0x1a, FeatureNonBlocking: 0x1b,
+	} {
+		if uint16(f) != want {
+			t.Errorf("feature %#x, want %#x", uint16(f), want)
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package tenant
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/tidwall/gjson"
+)
+
+// MaxThrottleDocLen bounds the JSON value of SetBucketThrottleProperties
+// (0x2a) and SetNodeThrottleProperties (0x2c).
+const MaxThrottleDocLen = 1024
+
+// Field names of the throttle documents.
+const (
+	fieldReserved         = "reserved"
+	fieldHardLimit        = "hard_limit"
+	fieldCapacity         = "capacity"
+	fieldDefaultReserved  = "default_throttle_reserved_units"
+	fieldDefaultHardLimit = "default_throttle_hard_limit"
+)
+
+// NodeSettings are the node throttle settings 0x2c changes and the node
+// persists. The JSON tags are the persisted form: keep them.
+type NodeSettings struct {
+	// Capacity is the node's units per second.
+	Capacity int64 `json:"capacity"`
+	// DefaultReserved and DefaultHardLimit (each a number or Unlimited)
+	// apply to buckets created afterwards.
+	DefaultReserved  int64 `json:"default_throttle_reserved_units"`
+	DefaultHardLimit int64 `json:"default_throttle_hard_limit"`
+}
+
+// DefaultNodeSettings returns the node settings of a node that was given
+// none: DefaultCapacity, DefaultReserved and DefaultHardLimit.
+func DefaultNodeSettings() NodeSettings {
+	return NodeSettings{Capacity: DefaultCapacity, DefaultReserved: DefaultReserved, DefaultHardLimit: DefaultHardLimit}
+}
+
+// docError is a throttle document's problem. Its text is the bare reason
+// the server sends back to the client (and black-box tests compare); it
+// still matches ErrInvalidSettings with errors.Is.
+type docError struct{ reason string }
+
+func (e *docError) Error() string { return e.reason }
+func (e *docError) Unwrap() error { return ErrInvalidSettings }
+
+func docErrorf(format string, args ...any) error {
+	return &docError{fmt.Sprintf(format, args...)}
+}
+
+// ParseBucketThrottle parses a SetBucketThrottleProperties (0x2a) value,
+// {"reserved":…, "hard_limit":…}, each a non-negative integer or
+// "unlimited"; a missing field (and an empty value) means "unlimited".
+// Errors match ErrInvalidSettings and their text is the reason for the
+// client. It does not check reserved ≤ hard_limit: Settings.Validate does,
+// on the bucket's whole settings.
+func ParseBucketThrottle(value []byte) (reserved, hard int64, err error) {
+	doc, err := throttleDoc(value, fieldReserved, fieldHardLimit)
+	if err != nil {
+		return 0, 0, err
+	}
+	if reserved, err = limitField(doc, fieldReserved); err != nil {
+		return 0, 0, err
+	}
+	if hard, err = limitField(doc, fieldHardLimit); err != nil {
+		return 0, 0, err
+	}
+	return reserved, hard, nil
+}
+
+// ParseNodeThrottle parses a SetNodeThrottleProperties (0x2c) value over
+// cur: {"capacity":N, "default_throttle_reserved_units":…,
+// "default_throttle_hard_limit":…}, every field optional, the two defaults
+// together and with reserved ≤ hard limit. On error it returns cur and an
+// error that matches ErrInvalidSettings, whose text is the reason for the
+// client.
+func ParseNodeThrottle(value []byte, cur NodeSettings) (NodeSettings, error) {
+	doc, err := throttleDoc(value, fieldCapacity, fieldDefaultReserved, fieldDefaultHardLimit)
+	if err != nil {
+		return cur, err
+	}
+	next := cur
+	if f := doc.Get(fieldCapacity); f.Exists() {
+		if next.Capacity, err = countField(f, fieldCapacity); err != nil {
+			return cur, err
+		}
+	}
+	r, h := doc.Get(fieldDefaultReserved), doc.Get(fieldDefaultHardLimit)
+	if r.Exists() != h.Exists() {
+		return cur, docErrorf("%s and %s must be set together", fieldDefaultReserved, fieldDefaultHardLimit)
+	}
+	if !r.Exists() {
+		return next, nil
+	}
+	if next.DefaultReserved, err = limitField(doc, fieldDefaultReserved); err != nil {
+		return cur, err
+	}
+	if next.DefaultHardLimit, err = limitField(doc, fieldDefaultHardLimit); err != nil {
+		return cur, err
+	}
+	if r, h := next.DefaultReserved, next.DefaultHardLimit; h >= 0 && (r < 0 || r > h) {
+		return cur, docErrorf("%s %s exceeds %s %s", fieldDefaultReserved, FormatLimit(r), fieldDefaultHardLimit, FormatLimit(h))
+	}
+	return next, nil
+}
+
+// throttleDoc checks a throttle command's value: at most MaxThrottleDocLen
+// bytes of a JSON object whose keys are among allowed. Empty means {}.
+func throttleDoc(value []byte, allowed ...string) (gjson.Result, error) {
+	if len(value) > MaxThrottleDocLen {
+		return gjson.Result{}, docErrorf("value is %d bytes, over the %d byte limit", len(value), MaxThrottleDocLen)
+	}
+	if len(value) == 0 {
+		value = []byte("{}")
+	}
+	if !gjson.ValidBytes(value) {
+		return gjson.Result{}, &docError{"value is not valid JSON"}
+	}
+	doc := gjson.ParseBytes(value)
+	if !doc.IsObject() {
+		return gjson.Result{}, &docError{"value must be a JSON object"}
+	}
+	var err error
+	doc.ForEach(func(k, _ gjson.Result) bool {
+		for _, a := range allowed {
+			if k.Str == a {
+				return true
+			}
+		}
+		err = docErrorf("unknown field %q", k.Str)
+		return false
+	})
+	return doc, err
+}
+
+// limitField reads a limit, the gjson twin of Limit.UnmarshalJSON: a
+// non-negative integer or "unlimited"; a missing field is unlimited.
+func limitField(doc gjson.Result, name string) (int64, error) {
+	f := doc.Get(name)
+	switch {
+	case !f.Exists():
+		return Unlimited, nil
+	case f.Type == gjson.String && f.Str == unlimitedText:
+		return Unlimited, nil
+	case f.Type == gjson.Number:
+		return countField(f, name)
+	}
+	return 0, docErrorf("%s must be %s, got %s", name, limitWant, f.Raw)
+}
+
+// countField reads a non-negative integer.
+func countField(f gjson.Result, name string) (int64, error) {
+	n, err := strconv.ParseInt(f.Raw, 10, 64)
+	if f.Type != gjson.Number || err != nil || n < 0 {
+		return 0, docErrorf("%s must be a non-negative integer, got %s", name, f.Raw)
+	}
+	return n, nil
+}
