@@ -15,6 +15,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -248,7 +249,12 @@ func nextTickUS(t *testing.T, body []byte) int64 {
 // TestThrottleParkingOrder pipelines 250 SET/GETK commands in one write on a
 // bucket with hard_limit 50/s: every reply arrives, complete and in request
 // order, and it takes more than 2 s. Meanwhile a connection on another
-// bucket is served promptly: parking never blocks the loop.
+// bucket is served while the pipeline waits: parking never blocks the loop.
+// That is checked by order, not by the probes' latency: the parked pipeline
+// advances in bursts, one per tick, and several probe GETs must be answered
+// one after the other while its reply count stands still. A loop that slept
+// until the next tick would answer at most one probe per burst; one that
+// slept per command would let the pipeline advance between probes.
 //
 // Why 250: the throttle checks each command before it runs and charges it
 // after it ran, so a server may let a batch collected in one pass overshoot
@@ -269,14 +275,25 @@ func TestThrottleParkingOrder(t *testing.T) {
 		err error
 	}
 	done := make(chan result, 1)
+	var replied atomic.Int64 // pipeline replies read so far
 	start := time.Now()
 	go func() {
-		got, err := readReplies(c.nc, c.r, n+1, 30*time.Second)
-		done <- result{got, err}
+		var all []*mc.Response
+		for len(all) < n+1 {
+			// One reply per call: replies are checked to come in order below.
+			got, err := readReplies(c.nc, c.r, uint32(len(all)+1), 30*time.Second)
+			all = append(all, got...)
+			replied.Store(int64(len(all)))
+			if err != nil {
+				done <- result{all, err}
+				return
+			}
+		}
+		done <- result{all, nil}
 	}()
 	c.write(stream)
 
-	probes, slowest := 0, time.Duration(0)
+	probes, stalled := 0, stall{}
 	var r result
 wait:
 	for {
@@ -285,19 +302,20 @@ wait:
 			break wait
 		case <-time.After(100 * time.Millisecond):
 		}
-		t0 := time.Now()
+		before := replied.Load()
 		other.expectStatus("GET probe on the other bucket", reqWith(mc.OpGet, uint32(2+probes), nil, "probe", ""), mc.StatusOK)
 		probes++
-		slowest = max(slowest, time.Since(t0))
+		stalled.probe(before, replied.Load(), n+1)
 	}
 	elapsed := time.Since(start)
-	t.Logf("%d throttled commands took %v; %d GETs on the other bucket meanwhile, slowest %v", n, elapsed, probes, slowest)
+	t.Logf("%d throttled commands took %v; %d GETs on the other bucket meanwhile, up to %d in a row while the pipeline stood still",
+		n, elapsed, probes, stalled.longest)
 	if r.err != nil {
 		t.Fatalf("after %d of %d replies: %v", len(r.got), n+1, r.err)
 	}
 	checkParkedReplies(t, r.got, n)
-	if slowest > 200*time.Millisecond {
-		t.Errorf("a GET on an unthrottled bucket took %v while another bucket was parked: the loop was blocked", slowest)
+	if stalled.longest < 3 {
+		t.Errorf("at most %d GETs on an unthrottled bucket were answered in a row while the parked pipeline stood still, want 3: the loop was blocked", stalled.longest)
 	}
 	if elapsed < 2*time.Second {
 		t.Errorf("250 units under hard_limit 50/s were served in %v: the throttle did not hold them", elapsed)
@@ -305,6 +323,28 @@ wait:
 	if probes < 5 {
 		t.Errorf("only %d probe GETs ran while the pipeline was parked", probes)
 	}
+}
+
+// stall counts the probes answered in a row while a parked pipeline's reply
+// count stood still (before, during and between them).
+type stall struct {
+	at           int64 // the reply count of the current run
+	run, longest int
+}
+
+// probe records one probe: the pipeline's reply count read just before it
+// was sent and just after its reply, out of total replies.
+func (s *stall) probe(before, after int64, total int) {
+	switch {
+	case before != after || after >= int64(total):
+		s.run = 0
+	case s.run > 0 && s.at == after:
+		s.run++
+	default:
+		s.run = 1
+	}
+	s.at = after
+	s.longest = max(s.longest, s.run)
 }
 
 // parkingPipeline is TestThrottleParkingOrder's stream: n commands
