@@ -30,8 +30,8 @@ import (
 //     still checked.
 //   - next_tick_us in a 0x0c body: the microseconds left in kvd's current
 //     throttle second. The body must be exactly {"next_tick_us":N} with
-//     0 < N <= 1,000,000; the rest of the reply (header but the body
-//     length) is compared byte for byte.
+//     0 < N <= 1,000,000; the rest of the reply (everything but N and the
+//     body length) is compared byte for byte.
 func TestGoldenReplay(t *testing.T) {
 	t.Parallel()
 	f, err := os.Open("../protocol/binary/testdata/kvd.txt")
