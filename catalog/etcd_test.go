@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -235,10 +236,10 @@ func TestClusterWatchCompacted(t *testing.T) {
 		t.Fatalf("watch from a compacted revision: %v, want errCompacted", err)
 	}
 	// The loop, started from that stale revision, catches up.
-	fake := newFakeApplier()
-	n1.apply = fake
 	n1.cancel() // stop the node's own watch and publisher first
 	n1.wg.Wait()
+	fake := newFakeApplier()
+	n1.apply = fake
 	ctx, cancel := context.WithCancel(bg)
 	n1.wg.Add(1)
 	go n1.watchLoop(ctx, 1)
@@ -438,5 +439,33 @@ func TestClusterEtcdOutage(t *testing.T) {
 	eventually(t, 2*time.Second, "watch after the outage", func() bool {
 		_, ok := nodes[1].fake.bucket("after")
 		return ok
+	})
+}
+
+// TestClusterCloseLeavesAndStops: Close revokes the lease (the others stop
+// counting the node at once) and leaves no goroutine behind.
+func TestClusterCloseLeavesAndStops(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a := startNode(t, srv, "a")
+	demand := map[string]int64{"a": 10, "b": 10}
+	tickUntil(t, []*testNode{a}, demand, 5*time.Second, "a published", func(map[string]Share) bool {
+		return len(a.Status().Members) == 1 && a.Status().Members[0].Address != ""
+	})
+	before := runtime.NumGoroutine()
+	b := startNode(t, srv, "b")
+	tickUntil(t, []*testNode{a, b}, demand, 5*time.Second, "two members", func(map[string]Share) bool {
+		return len(a.Status().Members) == 2
+	})
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b.abandoned = true // closed already
+	_, d := tickUntil(t, []*testNode{a}, demand, time.Second, "a alone", func(s map[string]Share) bool {
+		return len(a.Status().Members) == 1 && s["a"].HardLimit == 3000
+	})
+	t.Logf("a holds the whole limit %v after b left", d)
+	eventually(t, 5*time.Second, "b's goroutines end", func() bool {
+		tickAll([]*testNode{a}, demand)
+		return runtime.NumGoroutine() <= before
 	})
 }
