@@ -231,23 +231,12 @@ func (c *Cluster) fileOps(f ClusterFile, rec fileRecord, st prefixState) ([]clie
 	if next.Capacities == nil {
 		next.Capacities = map[string]int64{}
 	}
-	var ops []clientv3.Op
 	take := func(applied, exists bool, same bool) bool {
 		return (!applied && !exists) || (applied && !same && newer)
 	}
-	for name, set := range f.Buckets {
-		raw, err := set.MarshalJSON()
-		if err != nil {
-			return nil, rec, err
-		}
-		prev, applied := rec.Buckets[name]
-		_, exists := st.kvs[c.keys.bucket(name)]
-		if take(applied, exists, string(prev) == string(raw)) {
-			ops = append(ops, clientv3.OpPut(c.keys.bucket(name), string(raw)))
-		}
-		if !applied || newer {
-			next.Buckets[name] = raw
-		}
+	ops, err := c.fileBucketOps(f, rec, &next, st, newer, take)
+	if err != nil {
+		return nil, rec, err
 	}
 	def := f.Node
 	def.Capacity = 0
@@ -272,6 +261,26 @@ func (c *Cluster) fileOps(f ClusterFile, rec fileRecord, st prefixState) ([]clie
 		next.ModTime = f.ModTime
 	}
 	return ops, next, nil
+}
+
+func (c *Cluster) fileBucketOps(f ClusterFile, rec fileRecord, next *fileRecord, st prefixState, newer bool,
+	take func(applied, exists, same bool) bool) ([]clientv3.Op, error) {
+	var ops []clientv3.Op
+	for name, set := range f.Buckets {
+		raw, err := set.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		prev, applied := rec.Buckets[name]
+		_, exists := st.kvs[c.keys.bucket(name)]
+		if take(applied, exists, string(prev) == string(raw)) {
+			ops = append(ops, clientv3.OpPut(c.keys.bucket(name), string(raw)))
+		}
+		if !applied || newer {
+			next.Buckets[name] = raw
+		}
+	}
+	return ops, nil
 }
 
 func (c *Cluster) capacityOp(ops []clientv3.Op, f ClusterFile, rec fileRecord, next *fileRecord,
