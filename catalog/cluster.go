@@ -96,7 +96,7 @@ const (
 	DefaultRequestTimeout = 2 * time.Second
 )
 
-// ClusterOptions configure OpenCluster.
+// ClusterOptions configure a Cluster (see openCluster).
 type ClusterOptions struct {
 	// Endpoints are etcd's client URLs (required).
 	Endpoints []string
@@ -219,12 +219,12 @@ type Cluster struct {
 	lease  clientv3.LeaseID // owned by the publisher goroutine
 }
 
-// OpenCluster connects to etcd, reads the whole catalog (calling a for
+// openCluster connects to etcd, reads the whole catalog (calling a for
 // every bucket, the node settings and the users), and starts the watch
 // and the publisher. It fails if etcd does not answer within DialTimeout:
 // a node joins only with etcd reachable (once running, it rides out
 // outages). now is the caller's clock. Close releases everything.
-func OpenCluster(now time.Time, opts ClusterOptions, a applier) (*Cluster, error) {
+func openCluster(now time.Time, opts ClusterOptions, a applier) (*Cluster, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err

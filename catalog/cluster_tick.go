@@ -41,7 +41,7 @@ type report struct {
 // ClusterStatus is what STAT cluster and kvctl cluster show.
 type ClusterStatus struct {
 	Node    string    `json:"node"`
-	State   LinkState `json:"-"`
+	State   LinkState `json:"etcd"`
 	Members []Member  `json:"members"`
 	// Shares are this node's shares as of the last Tick.
 	Shares []Share `json:"shares"`

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -94,13 +95,13 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 func startNode(t *testing.T, srv *etcdtest.Server, name string) *testNode {
 	t.Helper()
 	fake := newFakeApplier()
-	c, err := OpenCluster(time.Now(), ClusterOptions{
+	c, err := openCluster(time.Now(), ClusterOptions{
 		Endpoints: srv.Endpoints(), NodeName: name, Address: "127.0.0.1:0", Cluster: t.Name()[:min(len(t.Name()), 40)],
 		LeaseTTL: 2 * time.Second, PublishPeriod: 200 * time.Millisecond, RequestTimeout: 500 * time.Millisecond,
 		Logger: quietLogger(),
 	}, fake)
 	if err != nil {
-		t.Fatalf("OpenCluster %s: %v\netcd log:\n%s", name, err, srv.Log())
+		t.Fatalf("openCluster %s: %v\netcd log:\n%s", name, err, srv.Log())
 	}
 	n := &testNode{Cluster: c, fake: fake}
 	t.Cleanup(func() {
@@ -381,6 +382,9 @@ func TestClusterSharesFollowDemand(t *testing.T) {
 	st := nodes[0].Status()
 	if len(st.Members) != 3 || st.State != LinkUp || st.Usage["app"] != 200+1000+1000 {
 		t.Fatalf("status: %+v", st)
+	}
+	if raw, err := json.Marshal(st); err != nil || !strings.Contains(string(raw), `"etcd":"up"`) {
+		t.Fatalf("status JSON: %s, %v", raw, err)
 	}
 }
 

@@ -158,6 +158,9 @@ const (
 	LinkFallback
 )
 
+// MarshalText writes the state's name ("up", "holding", "fallback").
+func (s LinkState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
 func (s LinkState) String() string {
 	switch s {
 	case LinkUp:
