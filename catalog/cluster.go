@@ -1,0 +1,277 @@
+package catalog
+
+// # Cluster mode (to merge into doc.go)
+//
+// With kvd --cluster ENDPOINTS --node-name NAME the catalog lives in etcd
+// (v3 API) under /kvd/<cluster>/ (layout: keyspace in etcd_store.go), and
+// every node follows it: a Cluster reads the whole prefix at open
+// (catch-up), then watches it from the revision it read, and hands every
+// bucket, node-defaults, capacity and users change to the catalog through
+// the applier interface. Writes (create, delete, settings, node, users) go
+// to etcd first; a create is a transaction that fails if the bucket exists.
+// A watch that fails because its revision was compacted reads everything
+// again (and the catalog's syncClusterBuckets drops what disappeared).
+//
+// The config file meets etcd item by item (reconcileFile): an item no file
+// ever applied is seeded if etcd lacks it; a value that differs from what
+// a file last applied, in a file newer than that one, overwrites etcd;
+// otherwise etcd's value (a run-time change, or an older node's seed)
+// stays. Every node may start with the same file; an old file on a
+// restarted node does not revert the cluster.
+//
+// Cluster-wide limits. A bucket's reserved and hard_limit are totals for
+// the cluster; node capacity stays per node. Each tick the server calls
+// Cluster.Tick with every bucket's local demand (units its clients wanted
+// in the last second, refused ones included) and usage; the Cluster
+// publishes them under the node's lease (members/<node>, usage/<node>),
+// and returns the node's Share of every bucket, computed from the demands
+// every live node published: a floor of 2% of the total split evenly (so
+// an idle node can start), the rest max-min fair by demand, what nobody
+// wants spread evenly. Every node runs the same pure function on the same
+// published data, so the shares sum to at most the total (up to one tick
+// of skew between nodes' views). A node whose lease expires drops out of
+// the demands and the survivors take its share within the TTL.
+//
+// Why this design. CockroachDB's distributed token bucket keeps one bucket
+// per tenant in a system table; each pod asks it for grants of tokens
+// (with a trickle rate when the bucket is in debt) and, when the server
+// cannot be reached, spends at a fallback rate. It is exact, but every
+// grant is a transaction on the shared store, and a consumer needs a round
+// trip before it can admit. Doorman hands out leases of capacity from a
+// master that runs FAIR_SHARE over every client's wants; a client keeps its
+// lease until it expires and then falls back to a safe rate. kvd takes
+// Doorman's allocation (max-min fair over wants, capacity bounded by the
+// total, leases that expire) but not its master: etcd is already the
+// shared topic (the statestore of seed 001), so every node computes the
+// same allocation itself from the published wants, and etcd's lease is the
+// Doorman lease. That costs one keep-alive and one small write per node
+// per second, needs no leader election, and never puts etcd on the path
+// of a command. From CockroachDB it takes the fallback rate: when etcd is
+// unreachable, the node keeps its last shares for one lease TTL (as long
+// as the others still count it), then enforces total ÷ last known node
+// count until etcd answers (states Up, Holding, Fallback; each transition
+// logged once). During a partition of one node, the cluster may exceed a
+// total by that node's static share.
+//
+// Users are one opaque document (key users) that the catalog parses.
+// Concurrency: a Cluster is safe for concurrent use; Tick is meant to be
+// called by one goroutine (the server's tick), never blocks on etcd, and
+// only hands the report to the publisher goroutine. The catalog's writes
+// block on etcd for at most RequestTimeout: call them off the loops.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"kvd/tenant"
+)
+
+// Errors of cluster mode (to merge into the package's error block).
+var (
+	// ErrClusterBucketExists: a create found the bucket in etcd.
+	ErrClusterBucketExists = errors.New("catalog: bucket already exists in the cluster")
+	// ErrClusterNoBucket: etcd has no such bucket.
+	ErrClusterNoBucket = errors.New("catalog: no such bucket in the cluster")
+	// ErrClusterContended: the config file could not be applied because
+	// other nodes kept changing the file record.
+	ErrClusterContended = errors.New("catalog: config file contended in etcd")
+	// ErrClusterOptions: ClusterOptions.Validate failed.
+	ErrClusterOptions = errors.New("catalog: invalid cluster options")
+)
+
+// Defaults of ClusterOptions.
+const (
+	DefaultClusterName    = "kvd"
+	DefaultLeaseTTL       = 5 * time.Second
+	MinLeaseTTL           = 2 * time.Second // etcd's own minimum
+	DefaultPublishPeriod  = time.Second     // the server's throttle tick
+	DefaultDialTimeout    = 5 * time.Second
+	DefaultRequestTimeout = 2 * time.Second
+)
+
+// ClusterOptions configure a Cluster (see openCluster).
+type ClusterOptions struct {
+	// Endpoints are etcd's client URLs (required).
+	Endpoints []string
+	// NodeName names this node in the cluster (required, unique).
+	NodeName string
+	// Address is the node's protocol address, shown in members.
+	Address string
+	// Cluster names the key prefix /kvd/<Cluster>/. Default "kvd".
+	Cluster string
+	// LeaseTTL is how long a silent node keeps counting. Default 5 s,
+	// at least 2 s.
+	LeaseTTL time.Duration
+	// PublishPeriod is how often Tick publishes. Default 1 s.
+	PublishPeriod time.Duration
+	// DialTimeout bounds the first connection. Default 5 s.
+	DialTimeout time.Duration
+	// RequestTimeout bounds each etcd request. Default 2 s.
+	RequestTimeout time.Duration
+	// FloorPermille is the part of each total every live node holds
+	// whatever its demand. Default DefaultFloorPermille.
+	FloorPermille int64
+	// Logger receives one line per link transition. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *ClusterOptions) EnsureDefaults() {
+	if o.Cluster == "" {
+		o.Cluster = DefaultClusterName
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.PublishPeriod == 0 {
+		o.PublishPeriod = DefaultPublishPeriod
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.FloorPermille == 0 {
+		o.FloorPermille = DefaultFloorPermille
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first invalid field.
+func (o *ClusterOptions) Validate() error {
+	switch {
+	case len(o.Endpoints) == 0:
+		return fmt.Errorf("%w: no etcd endpoints", ErrClusterOptions)
+	case o.NodeName == "" || tenant.ValidBucketName(o.NodeName) != nil:
+		return fmt.Errorf("%w: node name %q: want 1..100 of A-Z a-z 0-9 _ . %% -", ErrClusterOptions, o.NodeName)
+	case tenant.ValidBucketName(o.Cluster) != nil:
+		return fmt.Errorf("%w: cluster name %q: want 1..100 of A-Z a-z 0-9 _ . %% -", ErrClusterOptions, o.Cluster)
+	case o.LeaseTTL < MinLeaseTTL || o.LeaseTTL%time.Second != 0:
+		return fmt.Errorf("%w: lease TTL %v: want whole seconds, at least %v", ErrClusterOptions, o.LeaseTTL, MinLeaseTTL)
+	case o.PublishPeriod <= 0 || o.PublishPeriod*2 > o.LeaseTTL:
+		return fmt.Errorf("%w: publish period %v: want > 0 and at most half the lease TTL", ErrClusterOptions, o.PublishPeriod)
+	case o.DialTimeout <= 0 || o.RequestTimeout <= 0:
+		return fmt.Errorf("%w: timeouts must be positive", ErrClusterOptions)
+	case o.FloorPermille < 0 || o.FloorPermille > 1000:
+		return fmt.Errorf("%w: floor %d‰: want 0..1000", ErrClusterOptions, o.FloorPermille)
+	}
+	return nil
+}
+
+// applier is what a Cluster changes as etcd changes: the Catalog
+// implements it. Calls come from one goroutine (the watch), in etcd's
+// order; each must be idempotent (a change this node wrote comes back).
+type applier interface {
+	// applyClusterBucket creates the bucket or replaces its settings.
+	applyClusterBucket(name string, set tenant.Settings) error
+	// removeClusterBucket deletes the bucket (a no-op if absent).
+	removeClusterBucket(name string) error
+	// syncClusterBuckets is a catch-up: all is every bucket etcd has.
+	syncClusterBuckets(all map[string]tenant.Settings) error
+	// applyClusterNode applies node settings; haveCapacity is false when
+	// etcd holds no capacity for this node (keep the local one).
+	applyClusterNode(n nodeSettings, haveCapacity bool) error
+	// applyClusterUsers replaces the users from their document.
+	applyClusterUsers(doc []byte) error
+}
+
+// Member is a live node as the cluster sees it.
+type Member struct {
+	Name      string    `json:"name"`
+	Address   string    `json:"address"`
+	Heartbeat time.Time `json:"heartbeat"` // the node's clock at its last publish
+}
+
+// Cluster is this node's connection to the cluster: the catalog's reader
+// and writer in etcd, and the publisher and calculator of shares.
+type Cluster struct {
+	opts  ClusterOptions
+	cli   *clientv3.Client
+	keys  keyspace
+	apply applier
+	log   *slog.Logger
+
+	lastAnswer atomic.Int64 // UnixNano of the report etcd last acknowledged
+	pub        chan report  // to the publisher, latest wins (capacity 1)
+
+	viewMu sync.Mutex
+	view   clusterView // guarded by viewMu
+
+	tickMu     sync.Mutex
+	link       link             // guarded by tickMu
+	lastShares map[string]Share // guarded by tickMu: the last shares computed while up
+	knownNodes int              // guarded by tickMu: live nodes when last up
+	lastPub    time.Time        // guarded by tickMu
+	status     ClusterStatus    // guarded by tickMu
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	lease  clientv3.LeaseID // owned by the publisher goroutine
+}
+
+// openCluster connects to etcd, reads the whole catalog (calling a for
+// every bucket, the node settings and the users), and starts the watch
+// and the publisher. It fails if etcd does not answer within DialTimeout:
+// a node joins only with etcd reachable (once running, it rides out
+// outages). now is the caller's clock. Close releases everything.
+func openCluster(now time.Time, opts ClusterOptions, a applier) (*Cluster, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: opts.Endpoints, DialTimeout: opts.DialTimeout,
+		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second,
+		Logger: quietZap(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("catalog: etcd client: %w", err)
+	}
+	c := &Cluster{opts: opts, cli: cli, keys: newKeyspace(opts.Cluster), apply: a, log: opts.Logger,
+		pub: make(chan report, 1), view: newClusterView(), lastShares: map[string]Share{},
+		link: link{grace: 2 * opts.PublishPeriod, ttl: opts.LeaseTTL}}
+	ctx, cancel := context.WithTimeout(context.Background(), opts.DialTimeout)
+	rev, err := c.catchUp(ctx)
+	cancel()
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("catalog: join cluster %q at %v: %w", opts.Cluster, opts.Endpoints, err)
+	}
+	c.lastAnswer.Store(now.UnixNano())
+	ctx, c.cancel = context.WithCancel(context.Background())
+	c.wg.Add(2)
+	go c.watchLoop(ctx, rev)
+	go c.publishLoop(ctx)
+	return c, nil
+}
+
+// Close leaves the cluster: it revokes the node's lease (the other nodes
+// take its shares at once), stops the watch and the publisher, and closes
+// the client.
+func (c *Cluster) Close() error {
+	c.cancel()
+	c.wg.Wait()
+	if c.lease != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
+		_, _ = c.cli.Revoke(ctx, c.lease)
+		cancel()
+	}
+	return c.cli.Close()
+}
+
+// ReconcileFile applies the config file to the cluster (see
+// reconcileFile); the changes reach every node, this one included,
+// through the watch.
+func (c *Cluster) ReconcileFile(f ClusterFile) error {
+	return c.reconcileFile(context.Background(), f)
+}

@@ -1,0 +1,226 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// This file is the per-tick side of a Cluster: Tick publishes the node's
+// demand (through the publisher goroutine) and returns its shares; Status
+// reports what STAT cluster shows.
+
+// memberInfo is the value of members/<node>.
+type memberInfo struct {
+	Address   string    `json:"address"`
+	Heartbeat time.Time `json:"heartbeat"`
+}
+
+// bucketLoad is one bucket's demand and usage in usage/<node>.
+type bucketLoad struct {
+	Demand int64 `json:"demand"`
+	Usage  int64 `json:"usage"`
+}
+
+// usageReport is the value of usage/<node>: by bucket.
+type usageReport map[string]bucketLoad
+
+// report is one tick's publication.
+type report struct {
+	now    time.Time
+	member []byte
+	usage  []byte
+}
+
+// ClusterStatus is what STAT cluster and kvctl cluster show.
+type ClusterStatus struct {
+	Node    string    `json:"node"`
+	State   LinkState `json:"etcd"`
+	Members []Member  `json:"members"`
+	// Shares are this node's shares as of the last Tick.
+	Shares []Share `json:"shares"`
+	// Usage is, by bucket, the units the whole cluster charged in the
+	// last second (as published).
+	Usage map[string]int64 `json:"usage"`
+}
+
+// Tick is called once per throttle tick with every local bucket's cluster
+// totals and last-second demand and usage. It publishes them (at most once
+// per PublishPeriod, without waiting for etcd), moves the link's state
+// machine, logging a transition once, and returns this node's share of
+// every bucket in loads, in the same order. It never blocks on etcd.
+func (c *Cluster) Tick(now time.Time, loads []Load) []Share {
+	c.tickMu.Lock()
+	defer c.tickMu.Unlock()
+	if now.Sub(c.lastPub) >= c.opts.PublishPeriod {
+		c.lastPub = now
+		c.enqueue(now, loads)
+	}
+	from, to := c.link.observe(now, time.Unix(0, c.lastAnswer.Load()))
+	if from != to {
+		c.logTransitionLocked(from, to)
+	}
+	members, demands := c.snapshot()
+	shares := make([]Share, len(loads))
+	for i, l := range loads {
+		shares[i] = c.shareLocked(to, l, members, demands)
+	}
+	if to == LinkUp {
+		c.knownNodes = len(members)
+	}
+	c.status = ClusterStatus{Node: c.opts.NodeName, State: to, Members: members, Shares: shares,
+		Usage: clusterUsage(demands)}
+	return shares
+}
+
+// shareLocked is one bucket's share in state st.
+func (c *Cluster) shareLocked(st LinkState, l Load, members []Member, reports map[string]usageReport) Share {
+	switch st {
+	case LinkHolding:
+		if s, ok := c.lastShares[l.Bucket]; ok {
+			return s
+		}
+		fallthrough
+	case LinkFallback:
+		return Share{Bucket: l.Bucket, Reserved: staticShare(l.Reserved, c.knownNodes),
+			HardLimit: staticShare(l.HardLimit, c.knownNodes)}
+	}
+	self, demands := 0, make([]int64, len(members))
+	for i, m := range members {
+		r, published := reports[m.Name]
+		demands[i] = r[l.Bucket].Demand
+		if m.Name == c.opts.NodeName {
+			// Use what the others see, so that all nodes compute on the
+			// same inputs; our own fresh demand until it is published.
+			self = i
+			if !published {
+				demands[i] = l.Demand
+			}
+		}
+	}
+	r, h := nodeShare(l.Reserved, l.HardLimit, demands, self, c.opts.FloorPermille)
+	s := Share{Bucket: l.Bucket, Reserved: r, HardLimit: h}
+	c.lastShares[l.Bucket] = s
+	return s
+}
+
+// snapshot returns the live members (this node always among them), sorted
+// by name, and every node's last report.
+func (c *Cluster) snapshot() ([]Member, map[string]usageReport) {
+	c.viewMu.Lock()
+	defer c.viewMu.Unlock()
+	members := make([]Member, 0, len(c.view.members)+1)
+	for name, m := range c.view.members {
+		members = append(members, Member{Name: name, Address: m.Address, Heartbeat: m.Heartbeat})
+	}
+	if _, ok := c.view.members[c.opts.NodeName]; !ok {
+		members = append(members, Member{Name: c.opts.NodeName, Address: c.opts.Address})
+	}
+	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
+	reports := make(map[string]usageReport, len(c.view.usage))
+	for name, u := range c.view.usage {
+		if _, live := c.view.members[name]; live {
+			reports[name] = u
+		}
+	}
+	return members, reports
+}
+
+func clusterUsage(reports map[string]usageReport) map[string]int64 {
+	out := map[string]int64{}
+	for _, u := range reports {
+		for b, l := range u {
+			out[b] += l.Usage
+		}
+	}
+	return out
+}
+
+func (c *Cluster) logTransitionLocked(from, to LinkState) {
+	switch to {
+	case LinkUp:
+		c.log.Info("cluster: etcd answers again; shares follow the cluster's demand", "from", from.String())
+	case LinkHolding:
+		c.log.Warn("cluster: etcd does not answer; keeping the last shares for one lease TTL",
+			"ttl", c.opts.LeaseTTL)
+	case LinkFallback:
+		c.log.Warn("cluster: etcd unreachable for a lease TTL; enforcing limit ÷ known nodes",
+			"nodes", max(c.knownNodes, 1))
+	}
+}
+
+// enqueue hands the report to the publisher, replacing one not yet sent.
+func (c *Cluster) enqueue(now time.Time, loads []Load) {
+	u := make(usageReport, len(loads))
+	for _, l := range loads {
+		u[l.Bucket] = bucketLoad{Demand: l.Demand, Usage: l.Usage}
+	}
+	mem, _ := json.Marshal(memberInfo{Address: c.opts.Address, Heartbeat: now})
+	use, _ := json.Marshal(u)
+	r := report{now: now, member: mem, usage: use}
+	select {
+	case <-c.pub:
+	default:
+	}
+	c.pub <- r
+}
+
+// Status returns what the last Tick saw and computed.
+func (c *Cluster) Status() ClusterStatus {
+	c.tickMu.Lock()
+	defer c.tickMu.Unlock()
+	return c.status
+}
+
+// publishLoop sends reports to etcd until ctx ends.
+func (c *Cluster) publishLoop(ctx context.Context) {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-c.pub:
+			if err := c.publish(ctx, r); err == nil {
+				c.lastAnswer.Store(r.now.UnixNano())
+			}
+		}
+	}
+}
+
+// publish renews (or grants) the node's lease and writes its member and
+// usage keys under it.
+func (c *Cluster) publish(ctx context.Context, r report) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	if c.lease != 0 {
+		_, err := c.cli.KeepAliveOnce(ctx, c.lease)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			c.lease = 0 // expired during an outage: take a new one
+		} else if err != nil {
+			return err
+		}
+	}
+	if c.lease == 0 {
+		g, err := c.cli.Grant(ctx, int64(c.opts.LeaseTTL/time.Second))
+		if err != nil {
+			return err
+		}
+		c.lease = g.ID
+	}
+	lease := clientv3.WithLease(c.lease)
+	_, err := c.cli.Txn(ctx).Then(
+		clientv3.OpPut(c.keys.member(c.opts.NodeName), string(r.member), lease),
+		clientv3.OpPut(c.keys.usage(c.opts.NodeName), string(r.usage), lease),
+	).Commit()
+	return err
+}
+
+// quietZap is the etcd client's logger: kvd logs the link's transitions
+// itself, once each, instead of the client's retry chatter.
+func quietZap() *zap.Logger { return zap.NewNop() }

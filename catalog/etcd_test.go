@@ -1,0 +1,472 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"kvd/catalog/etcdtest"
+	"kvd/tenant"
+)
+
+// fakeApplier records what a Cluster applies, as a Catalog would.
+type fakeApplier struct {
+	mu      sync.Mutex
+	buckets map[string]tenant.Settings
+	node    nodeSettings
+	haveCap bool
+	nodeSet bool
+	users   string
+	syncs   int
+}
+
+func newFakeApplier() *fakeApplier { return &fakeApplier{buckets: map[string]tenant.Settings{}} }
+
+func (f *fakeApplier) applyClusterBucket(name string, set tenant.Settings) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.buckets[name] = set
+	return nil
+}
+
+func (f *fakeApplier) removeClusterBucket(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.buckets, name)
+	return nil
+}
+
+func (f *fakeApplier) syncClusterBuckets(all map[string]tenant.Settings) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.buckets = maps.Clone(all)
+	f.syncs++
+	return nil
+}
+
+func (f *fakeApplier) applyClusterNode(n nodeSettings, haveCapacity bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.node, f.haveCap, f.nodeSet = n, haveCapacity, true
+	return nil
+}
+
+func (f *fakeApplier) applyClusterUsers(doc []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.users = string(doc)
+	return nil
+}
+
+func (f *fakeApplier) bucket(name string) (tenant.Settings, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.buckets[name]
+	return s, ok
+}
+
+// testNode is one in-process node: a Cluster and its fake catalog.
+type testNode struct {
+	*Cluster
+	fake      *fakeApplier
+	abandoned bool
+}
+
+// abandon drops the node without leaving: its lease expires on its own,
+// as if the process were killed.
+func (n *testNode) abandon() {
+	n.cancel()
+	n.wg.Wait()
+	_ = n.cli.Close()
+	n.abandoned = true
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func startNode(t *testing.T, srv *etcdtest.Server, name string) *testNode {
+	t.Helper()
+	fake := newFakeApplier()
+	c, err := openCluster(time.Now(), ClusterOptions{
+		Endpoints: srv.Endpoints(), NodeName: name, Address: "127.0.0.1:0", Cluster: t.Name()[:min(len(t.Name()), 40)],
+		LeaseTTL: 2 * time.Second, PublishPeriod: 200 * time.Millisecond, RequestTimeout: 500 * time.Millisecond,
+		Logger: quietLogger(),
+	}, fake)
+	if err != nil {
+		t.Fatalf("openCluster %s: %v\netcd log:\n%s", name, err, srv.Log())
+	}
+	n := &testNode{Cluster: c, fake: fake}
+	t.Cleanup(func() {
+		if !n.abandoned {
+			_ = n.Close()
+		}
+	})
+	return n
+}
+
+// eventually polls cond every 20 ms until it holds or within passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < within {
+		if cond() {
+			return time.Since(start)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v", what, within)
+	return 0
+}
+
+var bg = context.Background()
+
+func TestClusterCatalogReplicates(t *testing.T) {
+	srv := etcdtest.Start(t)
+	nodes := []*testNode{startNode(t, srv, "n1"), startNode(t, srv, "n2"), startNode(t, srv, "n3")}
+	set := tenant.Settings{Reserved: 500, HardLimit: 3000}
+	if err := nodes[0].createBucket(bg, "app", set); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes[1:] {
+		d := eventually(t, 2*time.Second, n.opts.NodeName+" sees app", func() bool {
+			got, ok := n.fake.bucket("app")
+			return ok && got == set
+		})
+		t.Logf("%s applied the new bucket after %v", n.opts.NodeName, d)
+	}
+	if err := nodes[1].createBucket(bg, "app", set); !errors.Is(err, ErrClusterBucketExists) {
+		t.Fatalf("second create: %v, want ErrClusterBucketExists", err)
+	}
+	set2 := tenant.Settings{Reserved: 100, HardLimit: tenant.Unlimited, MaxQueued: 7}
+	if err := nodes[1].setBucketSettings(bg, "app", set2); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		eventually(t, 2*time.Second, n.opts.NodeName+" sees new settings", func() bool {
+			got, _ := n.fake.bucket("app")
+			return got == set2
+		})
+	}
+	if err := nodes[2].setBucketSettings(bg, "nope", set); !errors.Is(err, ErrClusterNoBucket) {
+		t.Fatalf("settings of a missing bucket: %v", err)
+	}
+	if err := nodes[2].deleteBucket(bg, "app"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		eventually(t, 2*time.Second, n.opts.NodeName+" drops app", func() bool {
+			_, ok := n.fake.bucket("app")
+			return !ok
+		})
+	}
+	if err := nodes[0].deleteBucket(bg, "app"); !errors.Is(err, ErrClusterNoBucket) {
+		t.Fatalf("second delete: %v", err)
+	}
+}
+
+func TestClusterNodeSettingsAndUsers(t *testing.T) {
+	srv := etcdtest.Start(t)
+	n1, n2 := startNode(t, srv, "n1"), startNode(t, srv, "n2")
+	want := nodeSettings{Capacity: 3000, DefaultReserved: 100, DefaultHardLimit: tenant.Unlimited}
+	if err := n1.setNode(bg, want); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "n1 node settings", func() bool {
+		n1.fake.mu.Lock()
+		defer n1.fake.mu.Unlock()
+		return n1.fake.node == want && n1.fake.haveCap
+	})
+	eventually(t, 2*time.Second, "n2 gets the defaults but not n1's capacity", func() bool {
+		n2.fake.mu.Lock()
+		defer n2.fake.mu.Unlock()
+		return n2.fake.nodeSet && !n2.fake.haveCap && n2.fake.node.DefaultReserved == 100 &&
+			n2.fake.node.DefaultHardLimit == tenant.Unlimited
+	})
+	if err := n2.setUsers(bg, []byte(`[{"name":"admin"}]`)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "n1 users", func() bool {
+		n1.fake.mu.Lock()
+		defer n1.fake.mu.Unlock()
+		return n1.fake.users == `[{"name":"admin"}]`
+	})
+}
+
+func TestClusterCatchUpAtOpen(t *testing.T) {
+	srv := etcdtest.Start(t)
+	n1 := startNode(t, srv, "n1")
+	for i := range 3 {
+		if err := n1.createBucket(bg, fmt.Sprintf("b%d", i), tenant.Settings{Reserved: int64(i), HardLimit: 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n2 := startNode(t, srv, "n2") // joins later: reads everything at open
+	n2.fake.mu.Lock()
+	defer n2.fake.mu.Unlock()
+	if n2.fake.syncs != 1 || len(n2.fake.buckets) != 3 || n2.fake.buckets["b2"].Reserved != 2 {
+		t.Fatalf("catch-up: syncs %d, buckets %v", n2.fake.syncs, n2.fake.buckets)
+	}
+}
+
+// TestClusterWatchCompacted: a watch whose revision was compacted away
+// reads the whole catalog again.
+func TestClusterWatchCompacted(t *testing.T) {
+	srv := etcdtest.Start(t)
+	n1 := startNode(t, srv, "n1")
+	for i := range 5 {
+		if err := n1.createBucket(bg, fmt.Sprintf("b%d", i), tenant.Settings{HardLimit: tenant.Unlimited, Reserved: tenant.Unlimited}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := n1.cli.Get(bg, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.cli.Compact(bg, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.watchFrom(bg, 2); !errors.Is(err, errCompacted) {
+		t.Fatalf("watch from a compacted revision: %v, want errCompacted", err)
+	}
+	// The loop, started from that stale revision, catches up.
+	n1.cancel() // stop the node's own watch and publisher first
+	n1.wg.Wait()
+	fake := newFakeApplier()
+	n1.apply = fake
+	ctx, cancel := context.WithCancel(bg)
+	n1.wg.Add(1)
+	go n1.watchLoop(ctx, 1)
+	defer func() { cancel(); n1.wg.Wait() }()
+	eventually(t, 3*time.Second, "catch-up after compaction", func() bool {
+		fake.mu.Lock()
+		defer fake.mu.Unlock()
+		return fake.syncs == 1 && len(fake.buckets) == 5
+	})
+}
+
+func TestClusterReconcileFile(t *testing.T) {
+	srv := etcdtest.Start(t)
+	n1, n2 := startNode(t, srv, "n1"), startNode(t, srv, "n2")
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	file := func(reserved int64, mod time.Time) ClusterFile {
+		return ClusterFile{
+			Node:    nodeSettings{Capacity: 25000, DefaultReserved: 1666, DefaultHardLimit: tenant.Unlimited},
+			Buckets: map[string]tenant.Settings{"app": {Reserved: reserved, HardLimit: 8000}, "default": {Reserved: 1666, HardLimit: tenant.Unlimited}},
+			Users:   json.RawMessage(`[]`), ModTime: mod,
+		}
+	}
+	appRes := func(n *testNode) int64 { s, _ := n.fake.bucket("app"); return s.Reserved }
+	check := func(what string, want int64) {
+		t.Helper()
+		for _, n := range []*testNode{n1, n2} {
+			eventually(t, 2*time.Second, fmt.Sprintf("%s: %s app reserved %d", what, n.opts.NodeName, want),
+				func() bool { return appRes(n) == want })
+		}
+	}
+	if err := n1.ReconcileFile(file(5000, t0)); err != nil {
+		t.Fatal(err)
+	}
+	check("seeded", 5000)
+	if err := n1.setBucketSettings(bg, "app", tenant.Settings{Reserved: 100, HardLimit: 8000}); err != nil {
+		t.Fatal(err)
+	}
+	check("run-time change", 100)
+	// n2 starts with the same file: the run-time change stays.
+	if err := n2.ReconcileFile(file(5000, t0)); err != nil {
+		t.Fatal(err)
+	}
+	// An older file with another value does not revert the cluster.
+	if err := n2.ReconcileFile(file(7000, t0.Add(-time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	check("same or older file", 100)
+	// A newer edit wins.
+	if err := n2.ReconcileFile(file(6000, t0.Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	check("newer file edit", 6000)
+	// A bucket deleted at run time stays deleted while its entry is unchanged.
+	if err := n1.deleteBucket(bg, "default"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.ReconcileFile(file(6000, t0.Add(2*time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if _, ok := n2.fake.bucket("default"); ok {
+		t.Fatal("bucket deleted at run time came back from an unchanged file entry")
+	}
+	n1.fake.mu.Lock()
+	defer n1.fake.mu.Unlock()
+	if !n1.fake.haveCap || n1.fake.node.Capacity != 25000 || n1.fake.users != "[]" {
+		t.Fatalf("node/users seeded: %+v cap %v users %q", n1.fake.node, n1.fake.haveCap, n1.fake.users)
+	}
+}
+
+// tickAll ticks every node once with its demand for bucket "app" (cluster
+// totals reserved 1500, hard limit 3000) and returns their shares.
+func tickAll(nodes []*testNode, demand map[string]int64) map[string]Share {
+	out := map[string]Share{}
+	now := time.Now()
+	for _, n := range nodes {
+		d := demand[n.opts.NodeName]
+		s := n.Tick(now, []Load{{Bucket: "app", Reserved: 1500, HardLimit: 3000, Demand: d, Usage: min(d, 1000)}})
+		out[n.opts.NodeName] = s[0]
+	}
+	return out
+}
+
+// tickUntil ticks every 100 ms until cond holds on the shares, or fails
+// after within.
+func tickUntil(t *testing.T, nodes []*testNode, demand map[string]int64, within time.Duration, what string,
+	cond func(map[string]Share) bool) (map[string]Share, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	var last map[string]Share
+	for time.Since(start) < within {
+		if last = tickAll(nodes, demand); cond(last) {
+			return last, time.Since(start)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v; last shares %+v", what, within, last)
+	return nil, 0
+}
+
+func hardSum(s map[string]Share) (sum int64) {
+	for _, v := range s {
+		sum += v.HardLimit
+	}
+	return sum
+}
+
+func TestClusterSharesFollowDemand(t *testing.T) {
+	srv := etcdtest.Start(t)
+	nodes := []*testNode{startNode(t, srv, "a"), startNode(t, srv, "b"), startNode(t, srv, "c")}
+	demand := map[string]int64{"a": 200, "b": 2000, "c": 9000}
+	// floor 60 (20 each); a wants 180 more, b and c split the rest:
+	// a 200, b 1400, c 1400.
+	want := map[string]int64{"a": 200, "b": 1400, "c": 1400}
+	shares, d := tickUntil(t, nodes, demand, 5*time.Second, "shares converge", func(s map[string]Share) bool {
+		for n, w := range want {
+			if s[n].HardLimit != w {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("converged after %v: %+v", d, shares)
+	for i := range 20 { // keep ticking: the sum never exceeds the total
+		s := tickAll(nodes, demand)
+		var res int64
+		for _, v := range s {
+			res += v.Reserved
+			if v.Reserved > v.HardLimit {
+				t.Fatalf("reserved share above hard share: %+v", v)
+			}
+		}
+		if hardSum(s) > 3000 || res > 1500 {
+			t.Fatalf("tick %d: hard Σ %d > 3000 or reserved Σ %d > 1500: %+v", i, hardSum(s), res, s)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	st := nodes[0].Status()
+	if len(st.Members) != 3 || st.State != LinkUp || st.Usage["app"] != 200+1000+1000 {
+		t.Fatalf("status: %+v", st)
+	}
+	if raw, err := json.Marshal(st); err != nil || !strings.Contains(string(raw), `"etcd":"up"`) {
+		t.Fatalf("status JSON: %s, %v", raw, err)
+	}
+}
+
+func TestClusterDepartedNodeShareGoesToSurvivors(t *testing.T) {
+	srv := etcdtest.Start(t)
+	nodes := []*testNode{startNode(t, srv, "a"), startNode(t, srv, "b"), startNode(t, srv, "c")}
+	demand := map[string]int64{"a": 5000, "b": 5000, "c": 5000}
+	tickUntil(t, nodes, demand, 5*time.Second, "even split", func(s map[string]Share) bool {
+		return s["a"].HardLimit == 1000 && s["b"].HardLimit == 1000 && s["c"].HardLimit == 1000
+	})
+	nodes[2].abandon() // killed: its lease (TTL 2 s) expires on its own
+	ttl := nodes[0].opts.LeaseTTL
+	_, d := tickUntil(t, nodes[:2], demand, ttl+2*time.Second, "survivors take the share", func(s map[string]Share) bool {
+		return s["a"].HardLimit == 1500 && s["b"].HardLimit == 1500
+	})
+	t.Logf("survivors hold the whole limit %v after the kill (TTL %v)", d, ttl)
+	if m := nodes[0].Status().Members; len(m) != 2 {
+		t.Fatalf("members after the kill: %+v", m)
+	}
+}
+
+func TestClusterEtcdOutage(t *testing.T) {
+	srv := etcdtest.Start(t)
+	nodes := []*testNode{startNode(t, srv, "a"), startNode(t, srv, "b")}
+	demand := map[string]int64{"a": 100, "b": 9000}
+	up, _ := tickUntil(t, nodes, demand, 5*time.Second, "shares by demand", func(s map[string]Share) bool {
+		return s["a"].HardLimit == 100 && s["b"].HardLimit == 2900
+	})
+	srv.Stop()
+	held, _ := tickUntil(t, nodes, demand, 2*time.Second, "holding", func(s map[string]Share) bool {
+		return nodes[0].Status().State == LinkHolding && nodes[1].Status().State == LinkHolding
+	})
+	if held["a"] != up["a"] || held["b"] != up["b"] {
+		t.Fatalf("holding changed the shares: %+v → %+v", up, held)
+	}
+	fb, d := tickUntil(t, nodes, demand, 4*time.Second, "fallback", func(s map[string]Share) bool {
+		return nodes[0].Status().State == LinkFallback && nodes[1].Status().State == LinkFallback
+	})
+	t.Logf("fallback %v after holding: %+v", d, fb)
+	if fb["a"].HardLimit != 1500 || fb["b"].HardLimit != 1500 || fb["a"].Reserved != 750 {
+		t.Fatalf("fallback shares: %+v, want total ÷ 2", fb)
+	}
+	time.Sleep(time.Second)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	_, d = tickUntil(t, nodes, demand, 10*time.Second, "recovery", func(s map[string]Share) bool {
+		return nodes[0].Status().State == LinkUp && nodes[1].Status().State == LinkUp &&
+			s["a"].HardLimit == 100 && s["b"].HardLimit == 2900
+	})
+	t.Logf("recovered %v after etcd restarted", d)
+	// The watch resumed: a change made now still reaches the other node.
+	if err := nodes[0].createBucket(bg, "after", tenant.Settings{Reserved: 1, HardLimit: 2}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "watch after the outage", func() bool {
+		_, ok := nodes[1].fake.bucket("after")
+		return ok
+	})
+}
+
+// TestClusterCloseLeavesAndStops: Close revokes the lease (the others stop
+// counting the node at once) and leaves no goroutine behind.
+func TestClusterCloseLeavesAndStops(t *testing.T) {
+	srv := etcdtest.Start(t)
+	before := runtime.NumGoroutine()
+	a, b := startNode(t, srv, "a"), startNode(t, srv, "b")
+	demand := map[string]int64{"a": 10, "b": 10}
+	tickUntil(t, []*testNode{a, b}, demand, 5*time.Second, "two members", func(map[string]Share) bool {
+		return len(a.Status().Members) == 2
+	})
+	for _, n := range []*testNode{b, a} {
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+		n.abandoned = true // closed already
+		if n == b {
+			_, d := tickUntil(t, []*testNode{a}, demand, time.Second, "a alone", func(s map[string]Share) bool {
+				return len(a.Status().Members) == 1 && s["a"].HardLimit == 3000
+			})
+			t.Logf("a holds the whole limit %v after b left", d)
+		}
+	}
+	eventually(t, 5*time.Second, "goroutines end", func() bool { return runtime.NumGoroutine() <= before })
+}
