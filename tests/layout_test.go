@@ -19,7 +19,6 @@ var allowedImports = map[string][]string{
 	"kvd/config":          {"kvd/tenant", "kvd/ingress", "kvd/probe"},
 	"kvd/engine":          {"github.com/cockroachdb/pebble/v2"},
 	"kvd/tenant":          {"kvd/gauge", "golang.org/x/crypto", "github.com/tidwall/gjson"},
-	"kvd/catalog":         {"kvd/engine", "kvd/tenant"},
 	"kvd/ingress":         {"kvd/probe", "kvd/gauge"},
 	"kvd/server": {"kvd/catalog", "kvd/protocol/binary", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/probe",
 		"kvd/gauge", "github.com/panjf2000/gnet/v2", "github.com/tidwall/gjson",
