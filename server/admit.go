@@ -33,6 +33,7 @@ const (
 // waits but is counted.
 func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	pool, now, adm := poolOf(req.Opcode), s.opts.Now(), stateOf(c.bucket).adm
+	c.cmdStart = now
 	if c.unthrottled {
 		c.runOrCollect(req, s.ingress.StartExempt(pool, adm, now), now)
 		return admitRun
@@ -40,6 +41,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	if v := s.checkThrottle(c, req, now); v != admitRun {
 		return v
 	}
+	c.cmdStart = now.Add(-c.throttledFor) // frame complete, before any parking
 	if c.collect != nil {
 		// Never queue behind our own batch: run it first, then ask again.
 		t, d, _ := s.ingress.Acquire(pool, adm, nil, chargeOf(req), now)
@@ -62,11 +64,13 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 		c.collect = b
 		return admitRun
 	case ingress.Queued:
+		r.queuedAt = now
 		c.inflight = b // the continuation: Granted or Expired will finish it
 		return admitQueued
 	}
 	b.release()
 	c.bucket.Throttle().CountRejected()
+	c.lat.add(&stateOf(c.bucket).lat, classOf(req.Opcode), c.cmdStart, 0, 0)
 	st := mc.StatusBusy
 	if d == ingress.TooLarge {
 		st = mc.StatusOutOfMemory
@@ -105,12 +109,14 @@ func (s *Server) throttled(c *conn, req *mc.Request, now time.Time) verdict {
 			body := strconv.AppendInt([]byte(`{"next_tick_us":`), s.throttle.NextTick(now), 10)
 			c.out = mc.AppendResponse(c.out, req.Alt(), &mc.Response{Opcode: req.Opcode,
 				Status: mc.StatusWouldThrottle, Opaque: req.Opaque, Datatype: mc.DatatypeJSON, Value: append(body, '}')})
+			c.lat.add(&stateOf(b).lat, classOf(req.Opcode), now, 0, 0)
 			return admitAnswered
 		}
 		c.parkedSince = now
 	} else if waited := now.Sub(c.parkedSince); waited > s.limits().MaxThrottleWait {
 		b.Throttle().AddWait(waited)
 		b.Throttle().CountRejected()
+		c.lat.add(&stateOf(b).lat, classOf(req.Opcode), c.parkedSince, waited, 0)
 		c.parkedSince = time.Time{}
 		c.replyError(req, mc.StatusTemporaryFailure, "throttled for "+strconv.FormatInt(waited.Milliseconds(), 10)+
 			" ms in bucket "+b.Name()+", longer than max_throttle_wait_ms="+
@@ -197,6 +203,7 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 	c.out = c.appendMetered(c.out, &r, it.CAS, mc.AppendUint32(ex[:0], it.Flags), key, it.Value)
 	s.ingress.Settle(t, int64(len(it.Value)), now) // teaches the bucket's read estimate
 	s.ingress.Release(t, now)
+	c.lat.add(&stateOf(b).lat, classRead, now.Add(-r.throttled), r.throttled, 0)
 	return true
 }
 
@@ -213,6 +220,7 @@ func (c *conn) collectReq(req *mc.Request, t ingress.Ticket) {
 func (c *conn) addReq(b *batch, req *mc.Request) *request {
 	r := b.add(req)
 	r.throttled, c.throttledFor = c.throttledFor, 0
+	r.start = c.cmdStart
 	return r
 }
 
@@ -220,6 +228,7 @@ func (c *conn) addReq(b *batch, req *mc.Request) *request {
 // goes to a worker. It runs on the goroutine that returned the ticket.
 func (b *batch) Granted(t ingress.Ticket) {
 	b.reqs[0].ticket = t
+	b.reqs[0].queued = b.c.srv.opts.Now().Sub(b.reqs[0].queuedAt)
 	b.c.srv.submit(b)
 }
 
@@ -227,6 +236,7 @@ func (b *batch) Granted(t ingress.Ticket) {
 // queue timeout and is answered 0x86 with the reason.
 func (b *batch) Expired(reason string) {
 	r := b.reqs[0]
+	r.queued = b.c.srv.opts.Now().Sub(r.queuedAt)
 	r.status, r.reason = mc.StatusTemporaryFailure, reason
 	b.bucket.Throttle().CountRejected()
 	b.out = b.c.appendResult(b.out, r)
@@ -241,6 +251,14 @@ func (s *Server) abandon(b *batch, now time.Time) {
 	if s.ingress.Cancel(b, now) {
 		b.release()
 	}
+}
+
+// classOf is a data command's latency class: its ticket pool's.
+func classOf(op mc.Opcode) int {
+	if poolOf(op) == ingress.Read {
+		return classRead
+	}
+	return classWrite
 }
 
 // poolOf is the ticket pool of a data command: reads from the read pool,
@@ -276,6 +294,7 @@ func estimated(op mc.Opcode) bool {
 // carries on each bucket (catalog.Bucket.Ext) without interpreting it.
 type bucketState struct {
 	adm *ingress.Bucket // the bucket's admission limits, queues and figures
+	lat bucketLatency   // end-to-end, parked and queued latency
 }
 
 func stateOf(b *catalog.Bucket) *bucketState { return b.Ext().(*bucketState) }

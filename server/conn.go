@@ -58,6 +58,8 @@ type conn struct {
 
 	parkedSince  time.Time     // when the head command was first throttled; zero when not
 	throttledFor time.Duration // how long the next batched command was held
+	cmdStart     time.Time     // frame complete of the command being admitted
+	lat          latencyLog    // commands answered this pass, observed after the write
 
 	out      []byte // replies of this pass, written once at the end
 	peek     []byte // value buffer of GETs answered on the loop
@@ -89,6 +91,9 @@ func (c *conn) onTraffic() gnet.Action {
 		} else {
 			c.out = c.out[:0]
 		}
+	}
+	if len(c.lat.pending) > 0 { // after the write; quiet commands answered with no bytes too
+		c.lat.written(c.srv.opts.Now())
 	}
 	if c.quitting && c.inflight == nil {
 		return gnet.Close
@@ -259,6 +264,12 @@ func (c *conn) collectDone() {
 	}
 	c.inflight = nil
 	c.out = append(c.out, b.out...)
+	if b.job == nil && b.bucket != nil {
+		lat := &stateOf(b.bucket).lat
+		for _, r := range b.reqs {
+			c.lat.add(lat, classOf(r.hdr.op), r.start, r.throttled, r.queued)
+		}
+	}
 	if b.after != nil {
 		b.after(c)
 	}

@@ -90,6 +90,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	describeIngress(ch)
+	describeLatency(ch)
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -107,6 +108,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descClients, float64(st.Clients), b.Name())
 		gauge(descItems, float64(b.Store().ItemCount()), b.Name())
 		gauge(descReserved, float64(st.EffectiveReserved), b.Name())
+		stateOf(b).lat.collect(ch, b.Name())
 	}
 	node := s.throttle.Stats()
 	gauge(descCapacity, float64(node.Capacity))

@@ -35,6 +35,9 @@ type request struct {
 	ru, wu    int64          // units charged
 	throttled time.Duration  // how long throttling held it
 	ticket    ingress.Ticket // its ingress ticket, released when it is done
+	start     time.Time      // its frame complete (before any parking)
+	queuedAt  time.Time      // when it joined the ticket queue
+	queued    time.Duration  // how long it waited for a ticket
 }
 
 // header is what a reply needs to echo.
@@ -96,7 +99,7 @@ type batch struct {
 
 func (r *request) release() {
 	r.status, r.reason, r.cas, r.flags, r.num, r.mut = 0, "", 0, 0, 0, false
-	r.size, r.ru, r.wu, r.throttled = 0, 0, 0, 0
+	r.size, r.ru, r.wu, r.throttled, r.queued = 0, 0, 0, 0, 0
 	r.res = r.res[:0]
 	if cap(r.buf) > 64<<10 {
 		r.buf = nil
