@@ -111,6 +111,15 @@ func (c *conn) onTraffic() gnet.Action {
 func (c *conn) serve() gnet.Action {
 	defer c.dispatch()
 	for c.inflight == nil && !c.quitting {
+		if len(c.out) > c.srv.opts.MaxConnBuffer {
+			// Replies answered on the loop (resident GETs) can pass the
+			// limit within one pass: stop here, as onTraffic would after
+			// the write.
+			c.srv.log.Warn("closing connection", "remote", c.remote, "reason", "buffer over limit",
+				"limit", c.srv.opts.MaxConnBuffer)
+			c.quitting = true
+			return gnet.None
+		}
 		buf := c.peekFrame()
 		if len(buf) == 0 {
 			c.partialSince.Store(0)
