@@ -335,13 +335,16 @@ func (b *Bucket) Flush() error {
 	case stateClosed:
 		return ErrClosed
 	}
+	if err := b.db.space.admit(walRecordOverhead, true); err != nil {
+		return err
+	}
 	batch := b.db.pdb.NewBatch()
 	defer batch.Close()
 	for _, kind := range []byte{kindItem, kindExpiry} {
 		start, end := bucketRange(kind, b.id)
 		_ = batch.DeleteRange(start, end, nil)
 	}
-	err := batch.Commit(b.db.writeO)
+	err := b.db.commit(batch, b.db.writeO)
 	if b.db.cache != nil {
 		// b.mu is held exclusively: nothing refills the cache meanwhile.
 		b.db.cache.dropBucket(b.id)
@@ -411,6 +414,10 @@ func (b *Bucket) readLocked(ik, key []byte, now uint32) (current, error) {
 // entry from cur's expiry to h.expiry, commits without sync, and then
 // writes the item through to the resident cache.
 func (b *Bucket) putLocked(ik, key []byte, cur *current, h header, v1, v2 []byte) error {
+	n := len(ik) + headerLen + len(v1) + len(v2) + 2*(expiryPrefixLen+len(key)) + walRecordOverhead
+	if err := b.db.space.admit(int64(n), false); err != nil {
+		return err
+	}
 	batch := b.db.pdb.NewBatch()
 	defer batch.Close()
 	op := batch.SetDeferred(len(ik), headerLen+len(v1)+len(v2))
@@ -426,7 +433,7 @@ func (b *Bucket) putLocked(ik, key []byte, cur *current, h header, v1, v2 []byte
 		b.indexDelete(batch, oldExpiry, key)
 		b.indexSet(batch, h.expiry, key)
 	}
-	if err := batch.Commit(b.db.writeO); err != nil {
+	if err := b.db.commit(batch, b.db.writeO); err != nil {
 		b.uncache(key) // Pebble's state is unknown: forget the key
 		return fmt.Errorf("engine: store in %q: %w", b.name, err)
 	}
@@ -442,11 +449,14 @@ func (b *Bucket) putLocked(ik, key []byte, cur *current, h header, v1, v2 []byte
 // deleteLocked deletes item ik and its expiry index entry, without sync,
 // and drops the key from the resident cache.
 func (b *Bucket) deleteLocked(ik, key []byte, cur *current) error {
+	if err := b.db.space.admit(int64(len(ik)+expiryPrefixLen+len(key)+walRecordOverhead), true); err != nil {
+		return err
+	}
 	batch := b.db.pdb.NewBatch()
 	defer batch.Close()
 	_ = batch.Delete(ik, nil)
 	b.indexDelete(batch, cur.h.expiry, key)
-	err := batch.Commit(b.db.writeO)
+	err := b.db.commit(batch, b.db.writeO)
 	b.uncache(key) // also on error: Pebble's state is unknown
 	if err != nil {
 		return fmt.Errorf("engine: delete in %q: %w", b.name, err)

@@ -46,6 +46,40 @@
 // Registry changes (CreateBucket, DeleteBucket, SetBucketSettings) and PutMeta
 // are synced before they return, whatever WALSync says.
 //
+// # Disk full
+//
+// Pebble cannot survive ENOSPC on its own: a failed WAL write ends in
+// Logger.Fatalf (or a panic) with its commit pipeline wedged, a failed
+// MANIFEST write likewise on a background goroutine, and a failed flush is
+// retried at once, forever. So engine keeps Pebble away from a full disk
+// instead of handling ENOSPC after the fact. A space guard admits every
+// mutation against an estimate of the free space on Dir's filesystem
+// (statfs every 1 MiB admitted, and whenever the estimate drops below the
+// floor; one atomic add otherwise): a mutation that would leave less than
+// Options.DiskReserve free fails with ErrNoSpace before anything is
+// written; deletes, Flush, DeleteBucket and the sweeper may go down to half
+// the reserve, since they free space once compacted. The reserve (default
+// a quarter of the filesystem, at most 4 GiB, at least 4×MemTableSize) is
+// what Pebble's flushes and compactions need to finish; MemTableSize is
+// capped at 1/16 of the filesystem so a full memtable's flush fits in it.
+// Writes succeed again by themselves once the free space is back above the
+// reserve (the guard looks again on every refused write). Reads are never
+// refused. One log line marks entering and one leaving the full state.
+//
+// At Open, with less than half the reserve free, Pebble could not even
+// replay its WAL: Open logs one line and opens Pebble read-only (reads
+// served, every mutation ErrNoSpace) until kvd restarts with more space.
+//
+// Safety nets, for space taken by something else: Fatalf panics with a
+// value DB.commit recovers on the committing goroutine, turning it into
+// ErrStorage for that and every later mutation (no further call reaches
+// Pebble's commit pipeline; reads continue; recovery needs a restart, which
+// replays the WAL, so no acknowledged write is lost); a fatal error on a
+// Pebble background goroutine still ends the process. Pebble's background
+// errors are logged at most once a minute (with a count), and an ENOSPC
+// flush or compaction error waits a second before Pebble retries. No
+// ballast file: the reserve plays its role without a file to manage.
+//
 // # Resident item cache
 //
 // A bounded in-memory copy of recently used live items (the resident set):
@@ -134,4 +168,14 @@ var (
 	ErrBadBucketName = errors.New("engine: bad bucket name")
 	// ErrClosed: the DB was closed.
 	ErrClosed = errors.New("engine: closed")
+	// ErrNoSpace: the mutation was refused because the disk is (nearly)
+	// full: writing it would leave less than Options.DiskReserve free.
+	// Nothing was written; reads continue, and writes succeed again by
+	// themselves once space returns.
+	ErrNoSpace = errors.New("engine: no space left on device")
+	// ErrStorage: Pebble's commit path failed fatally (e.g. a WAL write);
+	// every mutation is refused until the process restarts and replays
+	// the WAL. Reads continue. Wraps ErrNoSpace too when the cause was
+	// ENOSPC.
+	ErrStorage = errors.New("engine: storage failed, writes disabled until restart")
 )
