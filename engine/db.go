@@ -132,6 +132,9 @@ func (db *DB) load() error {
 	if err := db.loadBuckets(); err != nil {
 		return err
 	}
+	if err := db.loadFlushes(); err != nil {
+		return err
+	}
 	maxCAS, err := db.countItems()
 	if err != nil {
 		return err

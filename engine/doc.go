@@ -9,8 +9,9 @@
 //   - Small node-level records (PutMeta, Meta), e.g. node throttle settings.
 //   - Items: flags, absolute expiry, CAS and value per key, with the memcached
 //     rules for SET/ADD/REPLACE/APPEND/PREPEND, CAS checks, INCR/DECR, TOUCH,
-//     DELETE and FLUSH; the per-bucket item count; one background sweeper
-//     goroutine that deletes expired items from disk.
+//     DELETE and FLUSH (at once, or delayed: FlushAt); the per-bucket item
+//     count; one background sweeper goroutine that deletes expired items
+//     from disk and performs delayed flushes that fell due.
 //   - The resident item cache: recently used live items kept in memory in
 //     front of Pebble (see below).
 //
@@ -26,6 +27,7 @@
 //	'm' key                           node meta (PutMeta/Meta): key → value
 //	'k' id u32 BE ‖ key               item: flags u32 ‖ expiry u32 ‖ cas u64 (BE) ‖ value
 //	'x' id u32 BE ‖ expiry u32 BE ‖ key   expiry index entry (empty value), only when expiry ≠ 0
+//	'f' id u32 BE                     pending delayed flush (FlushAt): deadline u32 BE
 //
 // Bucket IDs come from a counter persisted in the 'i' records and are never
 // reused, so flushing or deleting a bucket is one DeleteRange over its 'k' and
@@ -35,7 +37,7 @@
 //
 // # Durability contract
 //
-// Item mutations (Store, Delete, Arith, Touch, Flush) commit with
+// Item mutations (Store, Delete, Arith, Touch, Flush, FlushAt) commit with
 // pebble.NoSync: they are visible to every reader when they return, but not yet
 // durable. DB.SyncWAL makes every mutation that returned before the call
 // durable; the server calls it once per batch of mutations and acknowledges
@@ -131,7 +133,8 @@
 // key (CAS checks, ADD, APPEND, INCR, ...) are atomic: they hold one of 1024
 // striped mutexes, chosen by hashing bucket ID and key, across the read and the
 // NoSync commit, never across an fsync. A Bucket's RWMutex is held shared by
-// every data operation and exclusively by Flush, DeleteBucket and Close, so no
+// every data operation and exclusively by Flush, FlushAt, a delayed flush
+// falling due, DeleteBucket and Close, so no
 // write lands in a keyspace after it was cleared. Get takes no stripe lock;
 // Peek takes neither the bucket's lock nor a stripe lock. Lock order: bucket
 // mu, then a stripe, then an item cache shard.
@@ -154,7 +157,8 @@ var (
 	ErrExists = errors.New("engine: key exists")
 	// ErrNotStored: APPEND or PREPEND on a missing item.
 	ErrNotStored = errors.New("engine: item not stored")
-	// ErrNonNumeric: INCR/DECR on a value that is not a decimal uint64.
+	// ErrNonNumeric: INCR/DECR on a value that memcached would not parse
+	// as a decimal uint64 (see Bucket.Arith).
 	ErrNonNumeric = errors.New("engine: value is not a decimal number")
 	// ErrTooBig: the resulting value would exceed Options.MaxValueSize.
 	ErrTooBig = errors.New("engine: value too big")

@@ -75,6 +75,7 @@ func (db *DB) DeleteBucket(name string) error {
 	batch := db.pdb.NewBatch()
 	defer batch.Close()
 	_ = batch.Delete(bucketKey(name), nil)
+	_ = batch.Delete(flushKey(e.b.id), nil)
 	for _, kind := range []byte{kindItem, kindExpiry} {
 		start, end := bucketRange(kind, e.b.id)
 		_ = batch.DeleteRange(start, end, nil)

@@ -87,9 +87,7 @@ func openSpaceGuard(fs vfs.FS, opts *Options) (*spaceGuard, error) {
 			"dir", g.dir, "free_bytes", avail, "reserve_bytes", g.reserve)
 		return g, nil
 	}
-	if _, err := g.refresh(); err != nil {
-		return nil, fmt.Errorf("engine: disk usage of %s: %w", opts.Dir, err)
-	}
+	g.avail.Store(-1) // the first admit looks again
 	return g, nil
 }
 
@@ -117,14 +115,31 @@ func (g *spaceGuard) admit(n int64, del bool) error {
 	if err != nil {
 		return nil // cannot tell: let Pebble try
 	}
-	if avail-n < floor {
+	refused := avail-n < floor
+	if refused || !del {
+		g.setFull(refused, avail)
+	}
+	if refused {
 		return fmt.Errorf("%w: %d bytes free on %s, %d reserved for compactions", ErrNoSpace, avail, g.dir, g.reserve)
 	}
 	return nil
 }
 
-// refresh reads the free space, resets the estimate and logs a transition
-// into or out of the full state (one line each).
+// setFull records whether writes are refused, logging each transition once.
+func (g *spaceGuard) setFull(full bool, avail int64) {
+	if g.full.Swap(full) == full {
+		return
+	}
+	if full {
+		g.log.Error("engine: disk nearly full, refusing writes until space returns",
+			"dir", g.dir, "free_bytes", avail, "reserve_bytes", g.reserve)
+	} else {
+		g.log.Warn("engine: disk space returned, accepting writes",
+			"dir", g.dir, "free_bytes", avail, "reserve_bytes", g.reserve)
+	}
+}
+
+// refresh reads the free space and resets the estimate.
 func (g *spaceGuard) refresh() (int64, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -135,21 +150,11 @@ func (g *spaceGuard) refresh() (int64, error) {
 	avail := int64(min(u.AvailBytes, 1<<62))
 	g.avail.Store(avail)
 	g.since.Store(0)
-	full := avail < g.reserve
-	if g.full.Swap(full) != full {
-		if full {
-			g.log.Error("engine: disk nearly full, refusing writes until space returns",
-				"dir", g.dir, "free_bytes", avail, "reserve_bytes", g.reserve)
-		} else {
-			g.log.Warn("engine: disk space returned, accepting writes",
-				"dir", g.dir, "free_bytes", avail, "reserve_bytes", g.reserve)
-		}
-	}
 	return avail, nil
 }
 
-// Full reports whether the last look at the disk found less free space
-// than Options.DiskReserve (writes fail with ErrNoSpace meanwhile).
+// Full reports whether the last write refused for lack of space has not
+// been followed by an admitted one (writes fail with ErrNoSpace meanwhile).
 func (db *DB) Full() bool { return db.space != nil && db.space.full.Load() }
 
 // sizeForDisk applies the disk-dependent defaults at Open: MemTableSize

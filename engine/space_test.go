@@ -79,6 +79,7 @@ func openOn(t *testing.T, dir string, logs *lockedBuffer) *DB {
 	if err != nil {
 		t.Fatalf("Open on %s: %v\nlogs:\n%s", dir, err, logs)
 	}
+	t.Cleanup(func() { _ = db.Close() })
 	return db
 }
 

@@ -53,7 +53,11 @@ func (db *DB) sweep(now uint32) int {
 	db.mu.RUnlock()
 	total := 0
 	for _, b := range bs {
-		n, err := b.sweep(now, db.sweepStop)
+		err := b.flushDue(now)
+		n := 0
+		if err == nil {
+			n, err = b.sweep(now, db.sweepStop)
+		}
 		total += n
 		if err != nil && !errors.Is(err, ErrBucketDeleted) && !errors.Is(err, ErrClosed) &&
 			!errors.Is(err, ErrNoSpace) && !errors.Is(err, ErrStorage) { // those log once
