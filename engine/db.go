@@ -230,9 +230,11 @@ func (db *DB) Close() error {
 	db.openMu.Lock()
 	defer db.openMu.Unlock()
 	db.pebbleOK = false
-	ferr := db.pdb.Flush()
-	if ferr != nil {
-		ferr = fmt.Errorf("engine: flush: %w", ferr)
+	var ferr error
+	if !db.space.readOnlyOpen() { // read-only: nothing to flush
+		if ferr = db.pdb.Flush(); ferr != nil {
+			ferr = fmt.Errorf("engine: flush: %w", ferr)
+		}
 	}
 	if err := db.pdb.Close(); err != nil {
 		return errors.Join(ferr, fmt.Errorf("engine: close: %w", err))

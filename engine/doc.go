@@ -60,7 +60,10 @@
 // floor; one atomic add otherwise): a mutation that would leave less than
 // Options.DiskReserve free fails with ErrNoSpace before anything is
 // written; deletes, Flush, DeleteBucket and the sweeper may go down to half
-// the reserve, since they free space once compacted. The reserve (default
+// the reserve, since they free space once compacted, and so may the small
+// registry and meta records (CreateBucket, SetBucketSettings, PutMeta) a
+// restart needs; PutMeta and SetBucketSettings of an unchanged value write
+// nothing. The reserve (default
 // a quarter of the filesystem, at most 4 GiB, at least 4×MemTableSize) is
 // what Pebble's flushes and compactions need to finish; MemTableSize is
 // capped at 1/16 of the filesystem so a full memtable's flush fits in it.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -37,7 +38,7 @@ func (db *DB) CreateBucket(name string, settings []byte) (*Bucket, error) {
 		return nil, fmt.Errorf("engine: create bucket %q: bucket IDs exhausted", name)
 	}
 	id := db.nextID
-	if err := db.space.admit(int64(2*len(name)+len(settings)+2*walRecordOverhead), false); err != nil {
+	if err := db.space.admit(int64(2*len(name)+len(settings)+2*walRecordOverhead), true); err != nil {
 		return nil, fmt.Errorf("engine: create bucket %q: %w", name, err)
 	}
 	batch := db.pdb.NewBatch()
@@ -159,6 +160,12 @@ func (db *DB) SetBucketSettings(name string, settings []byte) error {
 	if err != nil {
 		return fmt.Errorf("engine: set settings of %q: %w", name, err)
 	}
+	db.mu.RLock()
+	same := bytes.Equal(e.settings, settings)
+	db.mu.RUnlock()
+	if same {
+		return nil // already durable: no write (a full disk need not fail it)
+	}
 	if err := db.setSync(bucketKey(name), registryValue(e.b.id, settings)); err != nil {
 		return fmt.Errorf("engine: set settings of %q: %w", name, err)
 	}
@@ -179,15 +186,20 @@ func (db *DB) PutMeta(key string, value []byte) error {
 	if closed {
 		return ErrClosed
 	}
+	if old, err := db.getCopy(metaKey(key)); err == nil && bytes.Equal(old, value) {
+		return nil // already durable: no write (a full disk need not fail it)
+	}
 	if err := db.setSync(metaKey(key), value); err != nil {
 		return fmt.Errorf("engine: put meta %q: %w", key, err)
 	}
 	return nil
 }
 
-// setSync writes one record with pebble.Sync, through the space guard.
+// setSync writes one record with pebble.Sync, through the space guard. Such
+// records are small and kvd needs them to start, so they may use the
+// lower floor, like deletes.
 func (db *DB) setSync(key, value []byte) error {
-	if err := db.space.admit(int64(len(key)+len(value)+walRecordOverhead), false); err != nil {
+	if err := db.space.admit(int64(len(key)+len(value)+walRecordOverhead), true); err != nil {
 		return err
 	}
 	batch := db.pdb.NewBatch()

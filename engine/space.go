@@ -41,7 +41,7 @@ const (
 type spaceGuard struct {
 	fs      vfs.FS
 	dir     string
-	reserve int64 // writes fail below it; deletes below reserve/2
+	reserve int64 // item writes fail below it; the low floor is reserve/2
 	log     *slog.Logger
 
 	// readOnly: Open found less than half the reserve free and opened
@@ -96,8 +96,9 @@ func (g *spaceGuard) readOnlyOpen() bool { return g != nil && g.readOnly }
 
 // admit reports whether a mutation adding about n bytes may be written:
 // nil, or ErrNoSpace when the filesystem's free space would drop below the
-// reserve (half the reserve for deletes, which free space once compacted).
-func (g *spaceGuard) admit(n int64, del bool) error {
+// reserve, or below half of it for low (deletes, which free space once
+// compacted, and small registry and meta records).
+func (g *spaceGuard) admit(n int64, low bool) error {
 	if g == nil {
 		return nil
 	}
@@ -105,7 +106,7 @@ func (g *spaceGuard) admit(n int64, del bool) error {
 		return fmt.Errorf("%w: opened read-only on a full disk; restart once space is freed", ErrNoSpace)
 	}
 	floor := g.reserve
-	if del {
+	if low {
 		floor /= 2
 	}
 	if g.avail.Add(-n) >= floor && g.since.Add(n) < spaceRefreshBytes {
@@ -116,7 +117,7 @@ func (g *spaceGuard) admit(n int64, del bool) error {
 		return nil // cannot tell: let Pebble try
 	}
 	refused := avail-n < floor
-	if refused || !del {
+	if refused || !low {
 		g.setFull(refused, avail)
 	}
 	if refused {

@@ -195,7 +195,11 @@ func reopenFull(t *testing.T, mnt, dir string, acked map[string][]byte) {
 	logs := &lockedBuffer{}
 	cpu0, t1 := cpuTime(), time.Now()
 	db := openOn(t, dir, logs)
-	defer db.Close()
+	defer func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("Close after a read-only open: %v", err)
+		}
+	}()
 	openTook := time.Since(t1)
 	b, err := db.Bucket("b")
 	if err != nil {
