@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // mountTmpfs mounts a tmpfs of size (e.g. "64m") on a fresh directory and
@@ -222,5 +224,16 @@ func reopenFull(t *testing.T, mnt, dir string, acked map[string][]byte) {
 	}
 	if n := logs.lines(); n > 10 {
 		t.Errorf("%d log lines after reopening on a full disk:\n%s", n, logs)
+	}
+}
+
+// TestAdmitAllocs: the guard's common path is two atomic adds.
+func TestAdmitAllocs(t *testing.T) {
+	g := newSpaceGuard(vfs.Default, t.TempDir(), 1<<20, quietLogger())
+	if err := g.admit(100, false); err != nil {
+		t.Skipf("less than 1 MiB free in the temp dir: %v", err)
+	}
+	if allocs := testing.AllocsPerRun(1000, func() { _ = g.admit(100, false) }); allocs != 0 {
+		t.Fatalf("admit allocates %v times per call", allocs)
 	}
 }
