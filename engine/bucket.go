@@ -52,6 +52,10 @@ type Bucket struct {
 	// ones the sweeper has not deleted yet.
 	count atomic.Int64
 
+	// flushAt is the pending delayed flush's deadline (Unix seconds), 0
+	// for none; see FlushAt.
+	flushAt atomic.Uint32
+
 	// mu is held shared by every data operation and exclusively by Flush
 	// and by state changes (DeleteBucket, Close), which thereby wait for
 	// the operations in flight.
@@ -101,6 +105,9 @@ func (b *Bucket) setState(s bucketState) {
 // when it can, and otherwise reads Pebble and makes the item resident.
 // Errors: ErrNotFound (missing or expired).
 func (b *Bucket) Get(key []byte, now uint32, dst []byte) (Item, error) {
+	if err := b.flushDue(now); err != nil {
+		return Item{}, err
+	}
 	if err := b.enter(); err != nil {
 		return Item{}, err
 	}
@@ -148,7 +155,7 @@ func (b *Bucket) Get(key []byte, now uint32, dst []byte) (Item, error) {
 // Pebble never committed. With the cache disabled Peek always misses.
 func (b *Bucket) Peek(key []byte, now uint32, dst []byte) (Item, bool) {
 	c := b.db.cache
-	if c == nil {
+	if c == nil || b.flushPending(now) {
 		return Item{}, false
 	}
 	it, ok, _ := c.get(b.id, key, now, dst)
@@ -278,8 +285,11 @@ func (b *Bucket) Delete(key []byte, cas uint64, now uint32) error {
 }
 
 // Arith adds (incr) or subtracts delta from the item's decimal value: INCR
-// wraps at 2^64, DECR stops at 0. The value must be 1–20 ASCII digits that fit
-// in uint64 (ErrNonNumeric otherwise). A missing item is created with
+// wraps at 2^64, DECR stops at 0. The value is parsed as memcached parses it
+// (strtoull: leading white space, a sign and leading zeros allowed, anything
+// after a white space or NUL ignored; see parseUint); otherwise, or if it
+// overflows uint64, ErrNonNumeric. The new value is stored as plain decimal
+// digits (memcached pads it with spaces to the old length when shorter). A missing item is created with
 // initial (stored as decimal text, given expiry, flags 0) and initial is
 // returned, if create; else ErrNotFound. Existing items keep flags and
 // expiry. cas != 0 must match. Returns the new value and CAS.
@@ -324,35 +334,6 @@ func applyDelta(v uint64, incr bool, delta uint64) uint64 {
 	}
 }
 
-// Flush deletes every item of this bucket (other buckets are untouched),
-// waiting for operations in flight. Not synced, like other mutations.
-func (b *Bucket) Flush() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch b.state {
-	case stateDeleted:
-		return ErrBucketDeleted
-	case stateClosed:
-		return ErrClosed
-	}
-	batch := b.db.pdb.NewBatch()
-	defer batch.Close()
-	for _, kind := range []byte{kindItem, kindExpiry} {
-		start, end := bucketRange(kind, b.id)
-		_ = batch.DeleteRange(start, end, nil)
-	}
-	err := batch.Commit(b.db.writeO)
-	if b.db.cache != nil {
-		// b.mu is held exclusively: nothing refills the cache meanwhile.
-		b.db.cache.dropBucket(b.id)
-	}
-	if err != nil {
-		return fmt.Errorf("engine: flush bucket %q: %w", b.name, err)
-	}
-	b.count.Store(0)
-	return nil
-}
-
 // current is what a mutation found under the key's stripe lock.
 type current struct {
 	exists bool // a record exists, live or expired
@@ -372,6 +353,9 @@ func (c *current) release() {
 // mutate runs fn with the bucket entered, the key's stripe locked and the
 // key's current record read. fn receives the encoded item key.
 func (b *Bucket) mutate(key []byte, now uint32, fn func(ik []byte, cur current) error) error {
+	if err := b.flushDue(now); err != nil {
+		return err
+	}
 	if err := b.enter(); err != nil {
 		return err
 	}
@@ -411,6 +395,10 @@ func (b *Bucket) readLocked(ik, key []byte, now uint32) (current, error) {
 // entry from cur's expiry to h.expiry, commits without sync, and then
 // writes the item through to the resident cache.
 func (b *Bucket) putLocked(ik, key []byte, cur *current, h header, v1, v2 []byte) error {
+	n := len(ik) + headerLen + len(v1) + len(v2) + 2*(expiryPrefixLen+len(key)) + walRecordOverhead
+	if err := b.db.space.admit(int64(n), false); err != nil {
+		return err
+	}
 	batch := b.db.pdb.NewBatch()
 	defer batch.Close()
 	op := batch.SetDeferred(len(ik), headerLen+len(v1)+len(v2))
@@ -426,7 +414,7 @@ func (b *Bucket) putLocked(ik, key []byte, cur *current, h header, v1, v2 []byte
 		b.indexDelete(batch, oldExpiry, key)
 		b.indexSet(batch, h.expiry, key)
 	}
-	if err := batch.Commit(b.db.writeO); err != nil {
+	if err := b.db.commit(batch, b.db.writeO); err != nil {
 		b.uncache(key) // Pebble's state is unknown: forget the key
 		return fmt.Errorf("engine: store in %q: %w", b.name, err)
 	}
@@ -442,11 +430,14 @@ func (b *Bucket) putLocked(ik, key []byte, cur *current, h header, v1, v2 []byte
 // deleteLocked deletes item ik and its expiry index entry, without sync,
 // and drops the key from the resident cache.
 func (b *Bucket) deleteLocked(ik, key []byte, cur *current) error {
+	if err := b.db.space.admit(int64(len(ik)+expiryPrefixLen+len(key)+walRecordOverhead), true); err != nil {
+		return err
+	}
 	batch := b.db.pdb.NewBatch()
 	defer batch.Close()
 	_ = batch.Delete(ik, nil)
 	b.indexDelete(batch, cur.h.expiry, key)
-	err := batch.Commit(b.db.writeO)
+	err := b.db.commit(batch, b.db.writeO)
 	b.uncache(key) // also on error: Pebble's state is unknown
 	if err != nil {
 		return fmt.Errorf("engine: delete in %q: %w", b.name, err)

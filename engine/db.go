@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // DB is kvd's store: one Pebble database holding the bucket registry, node
@@ -25,6 +26,12 @@ type DB struct {
 	// cas is the last CAS handed out; seeded at Open above the wall clock in
 	// nanoseconds and above every stored CAS.
 	cas atomic.Uint64
+
+	// space refuses mutations before the disk is full; nil if disabled.
+	space *spaceGuard
+	// failed is set when Pebble's commit path failed fatally (see commit);
+	// every later mutation returns ErrStorage.
+	failed atomic.Bool
 
 	locks *stripes
 	// cache is the resident item cache; nil when Options.ItemCacheSize < 0.
@@ -67,7 +74,23 @@ func Open(opts Options) (*DB, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	pdb, err := pebble.Open(opts.Dir, opts.pebbleOptions())
+	fs := opts.fs
+	if fs == nil {
+		fs = vfs.Default
+	}
+	if err := fs.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("engine: open %s: %w", opts.Dir, err)
+	}
+	if err := opts.sizeForDisk(fs); err != nil {
+		return nil, err
+	}
+	space, err := openSpaceGuard(fs, &opts)
+	if err != nil {
+		return nil, err
+	}
+	po := opts.pebbleOptions()
+	po.ReadOnly = space.readOnlyOpen()
+	pdb, err := pebble.Open(opts.Dir, po)
 	if err != nil {
 		return nil, fmt.Errorf("engine: open %s: %w", opts.Dir, err)
 	}
@@ -76,6 +99,7 @@ func Open(opts Options) (*DB, error) {
 		pdb:       pdb,
 		log:       opts.Logger,
 		writeO:    pebble.NoSync,
+		space:     space,
 		locks:     &stripes{seed: maphash.MakeSeed()},
 		cache:     newItemCache(opts.ItemCacheSize),
 		buckets:   make(map[string]*bucketEntry),
@@ -106,6 +130,9 @@ func (db *DB) load() error {
 		db.nextID = binary.BigEndian.Uint32(v)
 	}
 	if err := db.loadBuckets(); err != nil {
+		return err
+	}
+	if err := db.loadFlushes(); err != nil {
 		return err
 	}
 	maxCAS, err := db.countItems()
@@ -203,9 +230,11 @@ func (db *DB) Close() error {
 	db.openMu.Lock()
 	defer db.openMu.Unlock()
 	db.pebbleOK = false
-	ferr := db.pdb.Flush()
-	if ferr != nil {
-		ferr = fmt.Errorf("engine: flush: %w", ferr)
+	var ferr error
+	if !db.space.readOnlyOpen() { // read-only: nothing to flush
+		if ferr = db.pdb.Flush(); ferr != nil {
+			ferr = fmt.Errorf("engine: flush: %w", ferr)
+		}
 	}
 	if err := db.pdb.Close(); err != nil {
 		return errors.Join(ferr, fmt.Errorf("engine: close: %w", err))
@@ -228,7 +257,7 @@ func (db *DB) SyncWAL() error {
 	if !db.pebbleOK {
 		return ErrClosed
 	}
-	if err := db.pdb.LogData(nil, pebble.Sync); err != nil {
+	if err := db.logData(pebble.Sync); err != nil {
 		return fmt.Errorf("engine: sync wal: %w", err)
 	}
 	return nil

@@ -9,8 +9,9 @@
 //   - Small node-level records (PutMeta, Meta), e.g. node throttle settings.
 //   - Items: flags, absolute expiry, CAS and value per key, with the memcached
 //     rules for SET/ADD/REPLACE/APPEND/PREPEND, CAS checks, INCR/DECR, TOUCH,
-//     DELETE and FLUSH; the per-bucket item count; one background sweeper
-//     goroutine that deletes expired items from disk.
+//     DELETE and FLUSH (at once, or delayed: FlushAt); the per-bucket item
+//     count; one background sweeper goroutine that deletes expired items
+//     from disk and performs delayed flushes that fell due.
 //   - The resident item cache: recently used live items kept in memory in
 //     front of Pebble (see below).
 //
@@ -26,6 +27,7 @@
 //	'm' key                           node meta (PutMeta/Meta): key → value
 //	'k' id u32 BE ‖ key               item: flags u32 ‖ expiry u32 ‖ cas u64 (BE) ‖ value
 //	'x' id u32 BE ‖ expiry u32 BE ‖ key   expiry index entry (empty value), only when expiry ≠ 0
+//	'f' id u32 BE                     pending delayed flush (FlushAt): deadline u32 BE
 //
 // Bucket IDs come from a counter persisted in the 'i' records and are never
 // reused, so flushing or deleting a bucket is one DeleteRange over its 'k' and
@@ -35,7 +37,7 @@
 //
 // # Durability contract
 //
-// Item mutations (Store, Delete, Arith, Touch, Flush) commit with
+// Item mutations (Store, Delete, Arith, Touch, Flush, FlushAt) commit with
 // pebble.NoSync: they are visible to every reader when they return, but not yet
 // durable. DB.SyncWAL makes every mutation that returned before the call
 // durable; the server calls it once per batch of mutations and acknowledges
@@ -45,6 +47,43 @@
 // mutation before it is durable (read-uncommitted with respect to fsync).
 // Registry changes (CreateBucket, DeleteBucket, SetBucketSettings) and PutMeta
 // are synced before they return, whatever WALSync says.
+//
+// # Disk full
+//
+// Pebble cannot survive ENOSPC on its own: a failed WAL write ends in
+// Logger.Fatalf (or a panic) with its commit pipeline wedged, a failed
+// MANIFEST write likewise on a background goroutine, and a failed flush is
+// retried at once, forever. So engine keeps Pebble away from a full disk
+// instead of handling ENOSPC after the fact. A space guard admits every
+// mutation against an estimate of the free space on Dir's filesystem
+// (statfs every 1 MiB admitted, and whenever the estimate drops below the
+// floor; one atomic add otherwise): a mutation that would leave less than
+// Options.DiskReserve free fails with ErrNoSpace before anything is
+// written; deletes, Flush, DeleteBucket and the sweeper may go down to half
+// the reserve, since they free space once compacted, and so may the small
+// registry and meta records (CreateBucket, SetBucketSettings, PutMeta) a
+// restart needs; PutMeta and SetBucketSettings of an unchanged value write
+// nothing. The reserve (default
+// a quarter of the filesystem, at most 4 GiB, at least 4×MemTableSize) is
+// what Pebble's flushes and compactions need to finish; MemTableSize is
+// capped at 1/16 of the filesystem so a full memtable's flush fits in it.
+// Writes succeed again by themselves once the free space is back above the
+// reserve (the guard looks again on every refused write). Reads are never
+// refused. One log line marks entering and one leaving the full state.
+//
+// At Open, with less than half the reserve free, Pebble could not even
+// replay its WAL: Open logs one line and opens Pebble read-only (reads
+// served, every mutation ErrNoSpace) until kvd restarts with more space.
+//
+// Safety nets, for space taken by something else: Fatalf panics with a
+// value DB.commit recovers on the committing goroutine, turning it into
+// ErrStorage for that and every later mutation (no further call reaches
+// Pebble's commit pipeline; reads continue; recovery needs a restart, which
+// replays the WAL, so no acknowledged write is lost); a fatal error on a
+// Pebble background goroutine still ends the process. Pebble's background
+// errors are logged at most once a minute (with a count), and an ENOSPC
+// flush or compaction error waits a second before Pebble retries. No
+// ballast file: the reserve plays its role without a file to manage.
 //
 // # Resident item cache
 //
@@ -97,7 +136,8 @@
 // key (CAS checks, ADD, APPEND, INCR, ...) are atomic: they hold one of 1024
 // striped mutexes, chosen by hashing bucket ID and key, across the read and the
 // NoSync commit, never across an fsync. A Bucket's RWMutex is held shared by
-// every data operation and exclusively by Flush, DeleteBucket and Close, so no
+// every data operation and exclusively by Flush, FlushAt, a delayed flush
+// falling due, DeleteBucket and Close, so no
 // write lands in a keyspace after it was cleared. Get takes no stripe lock;
 // Peek takes neither the bucket's lock nor a stripe lock. Lock order: bucket
 // mu, then a stripe, then an item cache shard.
@@ -120,7 +160,8 @@ var (
 	ErrExists = errors.New("engine: key exists")
 	// ErrNotStored: APPEND or PREPEND on a missing item.
 	ErrNotStored = errors.New("engine: item not stored")
-	// ErrNonNumeric: INCR/DECR on a value that is not a decimal uint64.
+	// ErrNonNumeric: INCR/DECR on a value that memcached would not parse
+	// as a decimal uint64 (see Bucket.Arith).
 	ErrNonNumeric = errors.New("engine: value is not a decimal number")
 	// ErrTooBig: the resulting value would exceed Options.MaxValueSize.
 	ErrTooBig = errors.New("engine: value too big")
@@ -134,4 +175,14 @@ var (
 	ErrBadBucketName = errors.New("engine: bad bucket name")
 	// ErrClosed: the DB was closed.
 	ErrClosed = errors.New("engine: closed")
+	// ErrNoSpace: the mutation was refused because the disk is (nearly)
+	// full: writing it would leave less than Options.DiskReserve free.
+	// Nothing was written; reads continue, and writes succeed again by
+	// themselves once space returns.
+	ErrNoSpace = errors.New("engine: no space left on device")
+	// ErrStorage: Pebble's commit path failed fatally (e.g. a WAL write);
+	// every mutation is refused until the process restarts and replays
+	// the WAL. Reads continue. Wraps ErrNoSpace too when the cause was
+	// ENOSPC.
+	ErrStorage = errors.New("engine: storage failed, writes disabled until restart")
 )

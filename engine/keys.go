@@ -14,6 +14,7 @@ const (
 	kindMeta     byte = 'm'
 	kindItem     byte = 'k'
 	kindExpiry   byte = 'x'
+	kindFlush    byte = 'f'
 )
 
 const (
@@ -25,7 +26,7 @@ const (
 	headerLen = 4 + 4 + 8
 	// maxBucketNameLen bounds bucket names.
 	maxBucketNameLen = 100
-	// maxDigits is the longest decimal number Arith accepts (2^64-1 has 20).
+	// maxDigits is the length of the longest decimal uint64 (2^64-1).
 	maxDigits = 20
 )
 
@@ -136,23 +137,46 @@ func validBucketName(name string) bool {
 	return true
 }
 
-// parseUint parses a decimal ASCII number of 1–20 digits that fits in uint64.
+// parseUint parses a counter value the way memcached 1.6's
+// safe_strtoull does: optional leading C white space, an optional sign, at
+// least one decimal digit (any number of them, leading zeros included) with
+// a magnitude that fits in uint64, then the end of the value, a white space
+// or a NUL byte (anything may follow those). A '-' negates as strtoull does
+// and is refused when the result is negative as an int64 ("-0" is 0, "-1"
+// is refused).
 func parseUint(v []byte) (uint64, bool) {
-	if len(v) == 0 || len(v) > maxDigits {
-		return 0, false
+	i := 0
+	for i < len(v) && isCSpace(v[i]) {
+		i++
 	}
+	neg := i < len(v) && v[i] == '-'
+	if i < len(v) && (v[i] == '+' || v[i] == '-') {
+		i++
+	}
+	start, overflow := i, false
 	var n uint64
-	for _, c := range v {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		d := uint64(c - '0')
+	for ; i < len(v) && v[i] >= '0' && v[i] <= '9'; i++ {
+		d := uint64(v[i] - '0')
 		if n > (math.MaxUint64-d)/10 {
-			return 0, false
+			overflow = true
 		}
 		n = n*10 + d
 	}
+	if i == start || overflow || i < len(v) && !isCSpace(v[i]) && v[i] != 0 {
+		return 0, false
+	}
+	if neg {
+		n = -n
+		if int64(n) < 0 {
+			return 0, false
+		}
+	}
 	return n, true
+}
+
+// isCSpace is C's isspace in the "C" locale.
+func isCSpace(c byte) bool {
+	return c == ' ' || c >= '\t' && c <= '\r'
 }
 
 // keyBuf is a pooled scratch buffer for encoding Pebble keys.

@@ -42,8 +42,17 @@ type Options struct {
 	ItemCacheSize int64
 	// MemTableSize is Pebble's memtable size in bytes. Default the larger of
 	// 32 MiB and 4×MaxValueSize: Pebble handles a batch over half a memtable
-	// as a "large batch" (correct, but it forces a memtable flush).
+	// as a "large batch" (correct, but it forces a memtable flush). Unless
+	// DiskReserve is negative, Open caps it at 1/16 of Dir's filesystem
+	// (at least 1 MiB), so flushing a full memtable fits in the reserve.
 	MemTableSize int64
+	// DiskReserve is the free space, in bytes, kept on Dir's filesystem for
+	// Pebble's flushes and compactions: a mutation that would leave less
+	// fails with ErrNoSpace (deletes, Flush and the sweeper until half of
+	// it), and writes resume by themselves once space returns. Default
+	// (0): set at Open to a quarter of the filesystem, at most 4 GiB, and
+	// at least 4×MemTableSize. Negative disables the guard.
+	DiskReserve int64
 	// MaxValueSize is the largest value Store may write (any mode, including
 	// the result of APPEND/PREPEND); larger → ErrTooBig. Default 1 MiB.
 	MaxValueSize int
@@ -52,7 +61,8 @@ type Options struct {
 	SweepInterval time.Duration
 	// Logger receives engine and Pebble logs. Default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock the sweeper uses (and nothing else). Default time.Now.
+	// Now is the clock the sweeper and the rate limit of Pebble's
+	// background error logs use (and nothing else). Default time.Now.
 	Now func() time.Time
 
 	// fs replaces Pebble's filesystem; set by tests only.
@@ -113,6 +123,7 @@ func (o *Options) pebbleOptions() *pebble.Options {
 		MemTableSize:       uint64(o.MemTableSize),
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{o.Logger},
+		EventListener:      o.eventListener(),
 		FS:                 o.fs,
 	}
 	// Bloom filters on every level make misses (ADD of a new key, GET of an
@@ -138,9 +149,12 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 }
 
 // Fatalf is called by Pebble on unrecoverable errors (e.g. a failed WAL
-// write); Pebble's state is undefined afterwards, so it must not return.
+// write); Pebble's state is undefined afterwards, so it must not return. It
+// panics with a fatalPanic, which DB.commit recovers on the committing
+// goroutine (see "Disk full" in the package doc); on Pebble's background
+// goroutines it still ends the process.
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := "pebble: fatal: " + fmt.Sprintf(format, args...)
 	p.l.Error(msg)
-	panic(msg)
+	panic(fatalPanic{msg})
 }

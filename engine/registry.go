@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -37,11 +38,14 @@ func (db *DB) CreateBucket(name string, settings []byte) (*Bucket, error) {
 		return nil, fmt.Errorf("engine: create bucket %q: bucket IDs exhausted", name)
 	}
 	id := db.nextID
+	if err := db.space.admit(int64(2*len(name)+len(settings)+2*walRecordOverhead), true); err != nil {
+		return nil, fmt.Errorf("engine: create bucket %q: %w", name, err)
+	}
 	batch := db.pdb.NewBatch()
 	defer batch.Close()
 	_ = batch.Set(bucketKey(name), registryValue(id, settings), nil)
 	_ = batch.Set(keyNextBucketID, binary.BigEndian.AppendUint32(nil, id+1), nil)
-	if err := batch.Commit(pebble.Sync); err != nil {
+	if err := db.commit(batch, pebble.Sync); err != nil {
 		return nil, fmt.Errorf("engine: create bucket %q: %w", name, err)
 	}
 	db.nextID = id + 1
@@ -72,11 +76,16 @@ func (db *DB) DeleteBucket(name string) error {
 	batch := db.pdb.NewBatch()
 	defer batch.Close()
 	_ = batch.Delete(bucketKey(name), nil)
+	_ = batch.Delete(flushKey(e.b.id), nil)
 	for _, kind := range []byte{kindItem, kindExpiry} {
 		start, end := bucketRange(kind, e.b.id)
 		_ = batch.DeleteRange(start, end, nil)
 	}
-	if err := batch.Commit(pebble.Sync); err != nil {
+	err = db.space.admit(int64(len(name)+walRecordOverhead), true)
+	if err == nil {
+		err = db.commit(batch, pebble.Sync)
+	}
+	if err != nil {
 		e.b.setState(stateLive)
 		db.mu.Lock()
 		db.buckets[name] = e
@@ -151,7 +160,13 @@ func (db *DB) SetBucketSettings(name string, settings []byte) error {
 	if err != nil {
 		return fmt.Errorf("engine: set settings of %q: %w", name, err)
 	}
-	if err := db.pdb.Set(bucketKey(name), registryValue(e.b.id, settings), pebble.Sync); err != nil {
+	db.mu.RLock()
+	same := bytes.Equal(e.settings, settings)
+	db.mu.RUnlock()
+	if same {
+		return nil // already durable: no write (a full disk need not fail it)
+	}
+	if err := db.setSync(bucketKey(name), registryValue(e.b.id, settings)); err != nil {
 		return fmt.Errorf("engine: set settings of %q: %w", name, err)
 	}
 	db.mu.Lock()
@@ -171,10 +186,26 @@ func (db *DB) PutMeta(key string, value []byte) error {
 	if closed {
 		return ErrClosed
 	}
-	if err := db.pdb.Set(metaKey(key), value, pebble.Sync); err != nil {
+	if old, err := db.getCopy(metaKey(key)); err == nil && bytes.Equal(old, value) {
+		return nil // already durable: no write (a full disk need not fail it)
+	}
+	if err := db.setSync(metaKey(key), value); err != nil {
 		return fmt.Errorf("engine: put meta %q: %w", key, err)
 	}
 	return nil
+}
+
+// setSync writes one record with pebble.Sync, through the space guard. Such
+// records are small and kvd needs them to start, so they may use the
+// lower floor, like deletes.
+func (db *DB) setSync(key, value []byte) error {
+	if err := db.space.admit(int64(len(key)+len(value)+walRecordOverhead), true); err != nil {
+		return err
+	}
+	batch := db.pdb.NewBatch()
+	defer batch.Close()
+	_ = batch.Set(key, value, nil)
+	return db.commit(batch, pebble.Sync)
 }
 
 // Meta returns a copy of the record stored by PutMeta. Errors: ErrNotFound,

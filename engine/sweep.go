@@ -53,9 +53,14 @@ func (db *DB) sweep(now uint32) int {
 	db.mu.RUnlock()
 	total := 0
 	for _, b := range bs {
-		n, err := b.sweep(now, db.sweepStop)
+		err := b.flushDue(now)
+		n := 0
+		if err == nil {
+			n, err = b.sweep(now, db.sweepStop)
+		}
 		total += n
-		if err != nil && !errors.Is(err, ErrBucketDeleted) && !errors.Is(err, ErrClosed) {
+		if err != nil && !errors.Is(err, ErrBucketDeleted) && !errors.Is(err, ErrClosed) &&
+			!errors.Is(err, ErrNoSpace) && !errors.Is(err, ErrStorage) { // those log once
 			db.log.Error("engine: sweep failed", "bucket", b.name, "err", err)
 		}
 	}
@@ -138,13 +143,16 @@ func (b *Bucket) expire(ek []byte, now uint32) (bool, error) {
 	}
 	defer cur.release()
 	remove := cur.exists && cur.h.expiry == expiry && !cur.live
+	if err := b.db.space.admit(int64(len(ek)+len(kb.b)+walRecordOverhead), true); err != nil {
+		return false, err
+	}
 	batch := b.db.pdb.NewBatch()
 	defer batch.Close()
 	_ = batch.Delete(ek, nil)
 	if remove {
 		_ = batch.Delete(kb.b, nil)
 	}
-	err = batch.Commit(b.db.writeO)
+	err = b.db.commit(batch, b.db.writeO)
 	if remove {
 		b.uncache(key) // also on error: Pebble's state is unknown
 	}

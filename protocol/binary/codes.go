@@ -71,6 +71,8 @@ const (
 	OpHello             Opcode = 0x1f
 	OpSASLListMechs     Opcode = 0x20
 	OpSASLAuth          Opcode = 0x21
+	OpGATK              Opcode = 0x23 // GAT that echoes the key, like GETK
+	OpGATKQ             Opcode = 0x24
 	OpSetBucketThrottle Opcode = 0x2a // SetBucketThrottleProperties
 	OpSetNodeThrottle   Opcode = 0x2c // SetNodeThrottleProperties
 	OpCreateBucket      Opcode = 0x85
@@ -133,6 +135,8 @@ var opDefs = [...]opDef{
 	{OpHello, "HELLO", OpHello, helloShape},
 	{OpSASLListMechs, "SASL_LIST_MECHS", OpSASLListMechs, emptyShape},
 	{OpSASLAuth, "SASL_AUTH", OpSASLAuth, saslAuthShape},
+	{OpGATK, "GATK", OpGATK, touchShape},
+	{OpGATKQ, "GATKQ", OpGATK, touchShape},
 	{OpSetBucketThrottle, "SET_BUCKET_THROTTLE_PROPERTIES", OpSetBucketThrottle, keyedAdminShape},
 	{OpSetNodeThrottle, "SET_NODE_THROTTLE_PROPERTIES", OpSetNodeThrottle, unkeyedAdminShape},
 	{OpCreateBucket, "CREATE_BUCKET", OpCreateBucket, keyedAdminShape},
@@ -168,13 +172,13 @@ func (o Opcode) String() string { return opTable[o].name }
 func (o Opcode) Known() bool { return opTable[o].known }
 
 // IsQuiet reports whether o is a quiet variant (GETQ, GETKQ, SETQ, ADDQ,
-// REPLACEQ, DELETEQ, INCRQ, DECRQ, QUITQ, FLUSHQ, APPENDQ, PREPENDQ, GATQ),
-// which sends no response on success (and, for GETQ, GETKQ and GATQ, none on a
-// miss either).
+// REPLACEQ, DELETEQ, INCRQ, DECRQ, QUITQ, FLUSHQ, APPENDQ, PREPENDQ, GATQ,
+// GATKQ), which sends no response on success (and, for GETQ, GETKQ, GATQ and
+// GATKQ, none on a miss either).
 func (o Opcode) IsQuiet() bool { return opTable[o].quiet }
 
 // NonQuiet returns the loud twin of a quiet opcode (GETQ→GET, GETKQ→GETK,
-// GATQ→GAT, …) and o itself otherwise.
+// GATQ→GAT, GATKQ→GATK, …) and o itself otherwise.
 func (o Opcode) NonQuiet() Opcode { return opTable[o].loud }
 
 // Status is the status field of a response (header bytes 6-7).

@@ -43,7 +43,7 @@ var (
 	concatShape       = shape{extras: 1 << 0, key: required, value: optional}        // APPEND PREPEND (+Q)
 	statShape         = shape{extras: 1 << 0, key: optional, value: forbidden}       // STAT [group]
 	verbosityShape    = shape{extras: 1 << 4, key: forbidden, value: forbidden}      // VERBOSITY level
-	touchShape        = shape{extras: 1 << 4, key: required, value: forbidden}       // TOUCH GAT GATQ: expiry
+	touchShape        = shape{extras: 1 << 4, key: required, value: forbidden}       // TOUCH GAT GATQ GATK GATKQ: expiry
 	helloShape        = shape{extras: 1 << 0, key: optional, value: evenLength}      // HELLO agent, u16 features
 	saslAuthShape     = shape{extras: 1 << 0, key: required, value: optional}        // SASL_AUTH mechanism, challenge
 	keyedAdminShape   = shape{extras: 1 << 0, key: required, value: optional}        // bucket name, optional JSON
@@ -109,7 +109,7 @@ func extrasError(op Opcode, legal uint32, n int) error {
 const (
 	SetExtrasLen   = 8  // SET, ADD, REPLACE (+Q): flags u32, expiry u32
 	ArithExtrasLen = 20 // INCR, DECR (+Q): delta u64, initial u64, expiry u32
-	TouchExtrasLen = 4  // TOUCH, GAT, GATQ: expiry u32
+	TouchExtrasLen = 4  // TOUCH, GAT, GATQ, GATK, GATKQ: expiry u32
 )
 
 // SetExtras decodes the extras of SET, ADD and REPLACE: flags, expiry.
@@ -131,7 +131,8 @@ func ArithExtras(ex []byte) (delta, initial uint64, expiry uint32, ok bool) {
 	return ebin.BigEndian.Uint64(ex), ebin.BigEndian.Uint64(ex[8:]), ebin.BigEndian.Uint32(ex[16:]), true
 }
 
-// TouchExtras decodes the extras of TOUCH, GAT and GATQ: the new expiry.
+// TouchExtras decodes the extras of TOUCH, GAT, GATQ, GATK and GATKQ: the
+// new expiry.
 // ok is false unless ex is exactly 4 bytes.
 func TouchExtras(ex []byte) (expiry uint32, ok bool) {
 	if len(ex) != TouchExtrasLen {

@@ -1,0 +1,239 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// mountTmpfs mounts a tmpfs of size (e.g. "64m") on a fresh directory and
+// unmounts it in Cleanup. It skips, loudly, when not root or when mount
+// fails, and fails instead under KVD_REQUIRE_TOOLS=1.
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	skip := func(why string) {
+		if os.Getenv("KVD_REQUIRE_TOOLS") == "1" {
+			t.Fatalf("KVD_REQUIRE_TOOLS=1 but %s", why)
+		}
+		t.Skipf("SKIPPED (disk-full test not run): %s", why)
+	}
+	if os.Geteuid() != 0 {
+		skip("not root: cannot mount a tmpfs")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		skip(fmt.Sprintf("mount tmpfs: %v: %s", err, out))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+func remountTmpfs(t *testing.T, dir, size string) {
+	t.Helper()
+	if out, err := exec.Command("mount", "-o", "remount,size="+size, dir).CombinedOutput(); err != nil {
+		t.Fatalf("remount %s size=%s: %v: %s", dir, size, err, out)
+	}
+}
+
+// lockedBuffer collects log output from concurrent goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) lines() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Count(l.b.Bytes(), []byte("\n"))
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func openOn(t *testing.T, dir string, logs *lockedBuffer) *DB {
+	t.Helper()
+	db, err := Open(Options{Dir: dir, WALSync: true, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Now: clockAt(t0), ItemCacheSize: testItemCacheSize})
+	if err != nil {
+		t.Fatalf("Open on %s: %v\nlogs:\n%s", dir, err, logs)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// fillUntilFull stores 256 KiB values (each synced) until a write fails and
+// returns the acknowledged values and the error of the first failed write.
+func fillUntilFull(t *testing.T, db *DB, b *Bucket, prefix string, acked map[string][]byte) error {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(1, uint64(len(acked))))
+	for i := 0; i < 2000; i++ {
+		key := fmt.Sprintf("%s%05d", prefix, i)
+		val := make([]byte, 256<<10)
+		for j := range val {
+			val[j] = byte(rng.Uint32())
+		}
+		_, err := b.Store(ModeSet, []byte(key), val, 0, 0, 0, t0)
+		if err == nil {
+			err = db.SyncWAL()
+		}
+		if err != nil {
+			return err
+		}
+		acked[key] = val
+	}
+	t.Fatalf("2000 values of 256 KiB fitted on the tmpfs")
+	return nil
+}
+
+func checkAcked(t *testing.T, b *Bucket, acked map[string][]byte) {
+	t.Helper()
+	for k, v := range acked {
+		it, err := b.Get([]byte(k), t0, nil)
+		if err != nil || !bytes.Equal(it.Value, v) {
+			t.Fatalf("acknowledged %s: err %v, value equal %v", k, err, err == nil && bytes.Equal(it.Value, v))
+		}
+	}
+}
+
+// cpuTime returns the process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestDiskFull fills a 64 MiB tmpfs: the failing write is ErrNoSpace,
+// nothing acknowledged is lost, reads continue, writes resume when the
+// tmpfs grows, and a reopen on a full disk is prompt, quiet and readable.
+func TestDiskFull(t *testing.T) {
+	mnt := mountTmpfs(t, "64m")
+	dir := filepath.Join(mnt, "data")
+	logs := &lockedBuffer{}
+	db := openOn(t, dir, logs)
+	b := newBucketT(t, db, "b")
+	acked := map[string][]byte{}
+	err := fillUntilFull(t, db, b, "a", acked)
+	if !errors.Is(err, ErrNoSpace) || errors.Is(err, ErrStorage) {
+		t.Fatalf("first failed write: %v, want ErrNoSpace (and not ErrStorage)", err)
+	}
+	t.Logf("%d values of 256 KiB acknowledged before: %v", len(acked), err)
+	if len(acked) < 64 {
+		t.Fatalf("only %d values (%d MiB) fitted in 64 MiB", len(acked), len(acked)/4)
+	}
+	if !db.Full() {
+		t.Fatalf("Full() = false after ErrNoSpace")
+	}
+	for i := 0; i < 20; i++ { // refused again and again, no crash
+		if _, err := b.Store(ModeSet, []byte("more"), make([]byte, 256<<10), 0, 0, 0, t0); !errors.Is(err, ErrNoSpace) {
+			t.Fatalf("write %d on the full disk: %v, want ErrNoSpace", i, err)
+		}
+	}
+	checkAcked(t, b, acked)
+	if err := b.Delete([]byte("a00000"), 0, t0); err != nil {
+		t.Fatalf("delete on the full disk: %v", err)
+	}
+	delete(acked, "a00000")
+	if err := db.SyncWAL(); err != nil {
+		t.Fatalf("SyncWAL after delete: %v", err)
+	}
+
+	remountTmpfs(t, mnt, "128m")
+	if _, err := b.Store(ModeSet, []byte("after-grow"), make([]byte, 256<<10), 0, 0, 0, t0); err != nil {
+		t.Fatalf("write after growing the tmpfs: %v", err)
+	}
+	acked["after-grow"] = make([]byte, 256<<10)
+	t.Logf("grew the tmpfs; filling again")
+	err = fillUntilFull(t, db, b, "c", acked)
+	if !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("second fill: %v, want ErrNoSpace", err)
+	}
+	checkAcked(t, b, acked)
+	t.Logf("%d values acknowledged after the second fill: %v", len(acked), err)
+	if err := db.Close(); err != nil {
+		t.Fatalf("Close on a full disk: %v", err)
+	}
+	reopenFull(t, mnt, dir, acked)
+}
+
+// reopenFull fills the filesystem to the last byte and reopens the store:
+// Open must return promptly, not spin, log little, and serve reads.
+func reopenFull(t *testing.T, mnt, dir string, acked map[string][]byte) {
+	filler, err := os.Create(filepath.Join(mnt, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			break
+		}
+	}
+	_ = filler.Close()
+	t.Logf("filled the tmpfs to the last byte; reopening")
+	logs := &lockedBuffer{}
+	cpu0, t1 := cpuTime(), time.Now()
+	db := openOn(t, dir, logs)
+	defer func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("Close after a read-only open: %v", err)
+		}
+	}()
+	openTook := time.Since(t1)
+	b, err := db.Bucket("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAcked(t, b, acked)
+	if _, err := b.Store(ModeSet, []byte("x"), []byte("y"), 0, 0, 0, t0); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("write after reopening on a full disk: %v, want ErrNoSpace", err)
+	}
+	cpu1, t2 := cpuTime(), time.Now()
+	time.Sleep(2 * time.Second)
+	wall, cpu := time.Since(t2), cpuTime()-cpu1
+	t.Logf("reopen on a full disk: Open took %v (%v CPU); idle afterwards: %v CPU over %v; %d log lines",
+		openTook, cpu1-cpu0, cpu, wall, logs.lines())
+	if openTook > 10*time.Second {
+		t.Errorf("Open on a full disk took %v", openTook)
+	}
+	if cpu > wall/4 {
+		t.Errorf("process used %v CPU in %v after reopening on a full disk (spinning?)", cpu, wall)
+	}
+	if n := logs.lines(); n > 10 {
+		t.Errorf("%d log lines after reopening on a full disk:\n%s", n, logs)
+	}
+}
+
+// TestAdmitAllocs: the guard's common path is two atomic adds.
+func TestAdmitAllocs(t *testing.T) {
+	g := newSpaceGuard(vfs.Default, t.TempDir(), 1<<20, quietLogger())
+	if err := g.admit(100, false); err != nil {
+		t.Skipf("less than 1 MiB free in the temp dir: %v", err)
+	}
+	if allocs := testing.AllocsPerRun(1000, func() { _ = g.admit(100, false) }); allocs != 0 {
+		t.Fatalf("admit allocates %v times per call", allocs)
+	}
+}
