@@ -284,7 +284,7 @@ func chargeOf(req *mc.Request) int64 {
 // estimated reports whether a command is charged an estimate (see chargeOf).
 func estimated(op mc.Opcode) bool {
 	switch op.NonQuiet() {
-	case mc.OpGet, mc.OpGetK, mc.OpGAT:
+	case mc.OpGet, mc.OpGetK, mc.OpGAT, mc.OpGATK:
 		return true
 	}
 	return false

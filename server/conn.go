@@ -332,7 +332,7 @@ func isData(op binary.Opcode) bool {
 	switch op.NonQuiet() {
 	case binary.OpGet, binary.OpGetK, binary.OpSet, binary.OpAdd, binary.OpReplace,
 		binary.OpDelete, binary.OpIncrement, binary.OpDecrement, binary.OpAppend,
-		binary.OpPrepend, binary.OpTouch, binary.OpGAT:
+		binary.OpPrepend, binary.OpTouch, binary.OpGAT, binary.OpGATK:
 		return true
 	}
 	return false

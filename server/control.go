@@ -224,16 +224,24 @@ func (c *conn) deleteBucket(req *mc.Request) {
 }
 
 // flush handles FLUSH/FLUSHQ: every item of the selected bucket goes, and
-// nothing of any other bucket. A delay in the extras is not supported: the
-// flush happens at once.
+// nothing of any other bucket. With a delay in the extras (memcached's
+// semantics) the items that exist when the delay ends go then, and are
+// served until then; an absolute time in the past changes nothing.
 func (c *conn) flush(req *mc.Request) {
 	if c.bucket == nil {
 		c.replyError(req, mc.StatusNoBucket, "no bucket selected")
 		return
 	}
 	quiet := req.Opcode.IsQuiet()
+	delay, _ := mc.FlushExtras(req.Extras)
 	c.startControl(req, func(b *batch) {
-		err := b.bucket.Store().Flush()
+		var err error
+		if store := b.bucket.Store(); delay == 0 {
+			err = store.Flush()
+		} else {
+			now := uint32(c.srv.opts.Now().Unix())
+			err = store.FlushAt(expiryAt(delay, now), now)
+		}
 		if err == nil {
 			err = c.srv.db.SyncWAL()
 		}

@@ -27,13 +27,14 @@ func (c *conn) replyError(req *binary.Request, st binary.Status, reason string) 
 func (c *conn) appendResult(dst []byte, r *request) []byte {
 	h, op := r.hdr, r.hdr.op.NonQuiet()
 	quiet := h.op.IsQuiet()
-	isRead := op == binary.OpGet || op == binary.OpGetK || op == binary.OpGAT
+	isRead := op == binary.OpGet || op == binary.OpGetK || op == binary.OpGAT || op == binary.OpGATK
+	withKey := op == binary.OpGetK || op == binary.OpGATK
 	if r.status != binary.StatusOK {
 		if quiet && isRead && r.status == binary.StatusKeyNotFound {
 			return dst
 		}
 		var key []byte
-		if op == binary.OpGetK {
+		if withKey {
 			key = r.key
 		}
 		return c.appendError(dst, h, r.status, r.reason, key)
@@ -44,7 +45,7 @@ func (c *conn) appendResult(dst []byte, r *request) []byte {
 		return c.appendMetered(dst, r, r.cas, binary.AppendUint32(ex[:0], r.flags), nil, nil)
 	case isRead:
 		var key []byte
-		if op == binary.OpGetK {
+		if withKey {
 			key = r.key
 		}
 		var ex [4]byte
@@ -177,6 +178,8 @@ func statusOf(err error) (binary.Status, string) {
 		return binary.StatusInvalidArguments, reasonOf(err, tenant.ErrInvalidSettings)
 	case errors.Is(err, tenant.ErrAuthFailed):
 		return binary.StatusAuthError, "Auth failure"
+	case errors.Is(err, engine.ErrNoSpace):
+		return binary.StatusOutOfMemory, reasonOf(err, engine.ErrNoSpace)
 	case errors.Is(err, engine.ErrClosed):
 		return binary.StatusTemporaryFailure, "server is shutting down"
 	}

@@ -297,7 +297,7 @@ func (s *Server) exec(bk *catalog.Bucket, r *request, now uint32) {
 		delta, initial, exp, _ := binary.ArithExtras(r.extras)
 		r.num, r.cas, err = bk.Store().Arith(r.key, op == binary.OpIncrement, delta, initial,
 			expiryAt(exp, now), exp != noCreate, r.hdr.cas, now)
-	case binary.OpTouch, binary.OpGAT:
+	case binary.OpTouch, binary.OpGAT, binary.OpGATK:
 		err = s.execTouch(bk, r, now)
 	}
 	if err != nil {
@@ -373,7 +373,7 @@ func (s *Server) meter(bk *catalog.Bucket, r *request) {
 		r.ru, r.wu = unitsOf(k+n, rus), unitsOf(k+n, wus)
 	case binary.OpTouch:
 		r.wu = unitsOf(k+len(r.res), wus)
-	case binary.OpGAT:
+	case binary.OpGAT, binary.OpGATK:
 		r.ru, r.wu = unitsOf(k+len(r.res), rus), unitsOf(k+len(r.res), wus)
 	}
 	s.throttle.Charge(bk.Throttle(), r.ru, r.wu)
