@@ -27,9 +27,10 @@
 //     [ErrInvalidSettings] and their text is the reason for the client.
 //   - The node throttle defaults: [DefaultCapacity], [DefaultReserved],
 //     [DefaultHardLimit], [DefaultReadUnitSize], [DefaultWriteUnitSize].
-//
-// A later change adds the live per-bucket state (usage gauges, throttle
-// decisions) as a Bucket type here; nothing in this file set depends on it.
+//   - The live throttle: [Throttle] (the node's capacity, free pool and
+//     one-second tick) and a [BucketThrottle] per bucket (its gauge, slow
+//     start, counters), deciding seed 003's four steps in [Throttle.Check].
+//     Time is an argument; the server passes it.
 //
 // Invariants:
 //
