@@ -198,14 +198,6 @@ func (us *Users) Lookup(name string) (*User, bool) {
 	return u, ok
 }
 
-// Len returns the number of users in the set.
-func (us *Users) Len() int {
-	if m := us.byName.Load(); m != nil {
-		return len(*m)
-	}
-	return 0
-}
-
 // Authenticate returns the user called name if password is theirs. An
 // unknown user and a wrong password both return exactly ErrAuthFailed, and
 // an unknown user still pays for an argon2id verification at
