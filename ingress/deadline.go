@@ -357,6 +357,20 @@ func (b *BucketDeadline) Admit(class Pool, capacity int, now time.Time) (g Grant
 	return g, false, retryEstimate(seen+g.demand-limit, capacity, g.deadline)
 }
 
+// Fits reports whether Admit would admit a command of class in a pool of capacity
+// tickets now, without taking or counting anything (another Admit may change the
+// answer at once). The server uses it to leave a command in its input, rather than
+// answer it ahead of the replies of a batch being collected.
+func (b *BucketDeadline) Fits(class Pool, capacity int) bool {
+	if class >= numPools {
+		class = Write
+	}
+	if b.deadline.Load() == 0 {
+		return true
+	}
+	return b.gate.accepted[class].Load()+b.classes[class].demand.Load() <= int64(max(capacity, 0))*Micro
+}
+
 // retryEstimate is Admit's retryAfter for excess Micro over a pool of capacity
 // tickets and a relative deadline d.
 func retryEstimate(excess int64, capacity int, d time.Duration) time.Duration {

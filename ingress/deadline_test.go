@@ -341,3 +341,23 @@ func BenchmarkDeadlineAdmitParallel(b *testing.B) {
 		}
 	})
 }
+
+// TestPoolSize: the lock-free mirror the deadline gate reads follows New, Resize
+// (negative sizes clamp to 0) and rejects a value that is not a pool.
+func TestPoolSize(t *testing.T) {
+	c, _ := newTest(t, 3, 5, Options{})
+	if r, w := c.PoolSize(Read), c.PoolSize(Write); r != 3 || w != 5 {
+		t.Fatalf("after Resize(3, 5): PoolSize %d, %d", r, w)
+	}
+	c.Resize(7, -1)
+	s := c.Stats()
+	if c.PoolSize(Read) != 7 || c.PoolSize(Write) != 0 || int(s.Read.Total) != 7 || s.Write.Total != 0 {
+		t.Fatalf("after Resize(7, -1): PoolSize %d, %d; Stats %d, %d", c.PoolSize(Read), c.PoolSize(Write), s.Read.Total, s.Write.Total)
+	}
+	if c.PoolSize(Pool(9)) != 0 {
+		t.Fatal("PoolSize of a non-pool")
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = c.PoolSize(Write) }); n != 0 {
+		t.Fatalf("PoolSize allocates %v", n)
+	}
+}

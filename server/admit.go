@@ -40,10 +40,14 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	if v := s.checkThrottle(c, req, now); v != admitRun {
 		return v
 	}
+	if v := s.checkDeadline(c, req, pool, now.Add(-c.throttledFor)); v != admitRun {
+		return v
+	}
 	if c.collect != nil {
 		// Never queue behind our own batch: run it first, then ask again.
 		t, d, _ := s.ingress.Acquire(pool, adm, nil, chargeOf(req), now)
 		if d != ingress.Admitted {
+			c.dropGrant()
 			return admitWait
 		}
 		c.collectReq(req, t)
@@ -65,7 +69,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 		c.inflight = b // the continuation: Granted or Expired will finish it
 		return admitQueued
 	}
-	b.release()
+	b.release() // gives the deadline grant back too
 	c.bucket.Throttle().CountRejected()
 	st := mc.StatusBusy
 	if d == ingress.TooLarge {
@@ -182,8 +186,9 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 		return false
 	}
 	c.peek = it.Value
-	r := request{hdr: headerOf(req), throttled: c.throttledFor}
+	r := request{hdr: headerOf(req), throttled: c.throttledFor, ticket: t}
 	c.throttledFor = 0
+	r.dl, r.grant, c.dl, c.grant = c.dl, c.grant, nil, ingress.Grant{}
 	r.ru = unitsOf(len(req.Key)+len(it.Value), s.limits().ReadUnitSize)
 	b.Throttle().CountCommand()
 	b.Counters.CmdGet.Add(1)
@@ -196,6 +201,7 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 	var ex [4]byte
 	c.out = c.appendMetered(c.out, &r, it.CAS, mc.AppendUint32(ex[:0], it.Flags), key, it.Value)
 	s.ingress.Settle(t, int64(len(it.Value)), now) // teaches the bucket's read estimate
+	endDeadline(&r, now)
 	s.ingress.Release(t, now)
 	return true
 }
@@ -213,20 +219,36 @@ func (c *conn) collectReq(req *mc.Request, t ingress.Ticket) {
 func (c *conn) addReq(b *batch, req *mc.Request) *request {
 	r := b.add(req)
 	r.throttled, c.throttledFor = c.throttledFor, 0
+	r.dl, r.grant, c.dl, c.grant = c.dl, c.grant, nil, ingress.Grant{}
 	return r
 }
 
 // Granted implements ingress.Waiter: the queued command got its ticket and
 // goes to a worker. It runs on the goroutine that returned the ticket.
+//
+// A command whose deadline passed while it waited does not run: the ticket
+// goes back at once and the command is answered 0x86 "deadline passed after
+// N ms in the queue" (num_deadline_expired).
 func (b *batch) Granted(t ingress.Ticket) {
-	b.reqs[0].ticket = t
-	b.c.srv.submit(b)
+	r, s := b.reqs[0], b.c.srv
+	now := s.opts.Now()
+	if waited, stale := staleGrant(r, now); stale {
+		s.ingress.Release(t, now)
+		expireDeadline(r)
+		r.status, r.reason = mc.StatusTemporaryFailure, deadlinePassedReason(waited)
+		b.out = b.c.appendResult(b.out, r)
+		b.c.finish(b)
+		return
+	}
+	r.ticket = t
+	s.submit(b)
 }
 
 // Expired implements ingress.Waiter: the queued command waited past the
 // queue timeout and is answered 0x86 with the reason.
 func (b *batch) Expired(reason string) {
 	r := b.reqs[0]
+	releaseDeadline(r)
 	r.status, r.reason = mc.StatusTemporaryFailure, reason
 	b.bucket.Throttle().CountRejected()
 	b.out = b.c.appendResult(b.out, r)
@@ -275,7 +297,8 @@ func estimated(op mc.Opcode) bool {
 // bucketState is the server's own per-bucket state, which the catalog
 // carries on each bucket (catalog.Bucket.Ext) without interpreting it.
 type bucketState struct {
-	adm *ingress.Bucket // the bucket's admission limits, queues and figures
+	adm *ingress.Bucket         // the bucket's admission limits, queues and figures
+	dl  *ingress.BucketDeadline // the bucket's deadline gate, windows and figures
 }
 
 func stateOf(b *catalog.Bucket) *bucketState { return b.Ext().(*bucketState) }
@@ -290,11 +313,15 @@ func admissionLimits(set tenant.Settings) ingress.BucketLimits {
 type bucketHooks struct{ s *Server }
 
 func (h bucketHooks) BucketAdded(b *catalog.Bucket) {
-	b.SetExt(&bucketState{adm: h.s.ingress.AddBucket(b.Name(), admissionLimits(b.Settings()))})
+	b.SetExt(&bucketState{
+		adm: h.s.ingress.AddBucket(b.Name(), admissionLimits(b.Settings())),
+		dl:  h.s.newBucketDeadline(b),
+	})
 }
 
 func (h bucketHooks) SettingsChanged(b *catalog.Bucket) {
 	h.s.ingress.SetBucketLimits(stateOf(b).adm, admissionLimits(b.Settings()), h.s.opts.Now())
+	h.s.setBucketDeadline(b)
 }
 
 // BucketRemoved answers the bucket's queued commands: 0x86 "bucket B was

@@ -32,6 +32,7 @@ type Server struct {
 	lim      atomic.Pointer[Limits] // reloadable limits
 	reloadMu sync.Mutex             // serializes Reconfigure
 	ingress  *ingress.Controller
+	deadline ingress.DeadlineGate // the node's ledger of accepted deadline demand, per pool
 	started  time.Time
 	pid      int
 
@@ -87,7 +88,6 @@ func New(opts Options) (*Server, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	warnUnenforced(&s.opts, s.log)
 	return s, nil
 }
 

@@ -35,6 +35,11 @@ type request struct {
 	ru, wu    int64          // units charged
 	throttled time.Duration  // how long throttling held it
 	ticket    ingress.Ticket // its ingress ticket, released when it is done
+
+	// Its deadline grant (with dl, its bucket's gate; nil when it holds
+	// none), ended exactly once: Done, Expire or Release (deadline.go).
+	dl    *ingress.BucketDeadline
+	grant ingress.Grant
 }
 
 // header is what a reply needs to echo.
@@ -95,6 +100,7 @@ type batch struct {
 }
 
 func (r *request) release() {
+	releaseDeadline(r) // a command that never ran gives its demand back
 	r.status, r.reason, r.cas, r.flags, r.num, r.mut = 0, "", 0, 0, 0, false
 	r.size, r.ru, r.wu, r.throttled = 0, 0, 0, 0
 	r.res = r.res[:0]
@@ -246,6 +252,7 @@ func (s *Server) execBatch(b *batch) {
 func (s *Server) releaseTickets(b *batch) {
 	now := s.opts.Now()
 	for _, r := range b.reqs {
+		endDeadline(r, now)
 		if r.ticket.Valid() {
 			s.ingress.Release(r.ticket, now)
 			r.ticket = ingress.Ticket{}
