@@ -49,6 +49,43 @@ const (
 type DeadlineGate struct {
 	accepted [numPools]atomic.Int64 // Micro; never negative
 	stale    atomic.Int64           // releases that would have taken a ledger below zero
+	rule     atomic.Uint32          // DemandRule
+}
+
+// A DemandRule says how a command's demand follows from its class's pXX and the
+// bucket's deadline D.
+type DemandRule uint32
+
+const (
+	// DemandSeed is seed 004's rule: pXX ÷ D of a ticket. The zero value.
+	DemandSeed DemandRule = iota
+	// DemandHeadroom is pXX ÷ (D − pXX) while pXX ≤ D/2, and 2·pXX ÷ D beyond
+	// (the two meet at 1 ticket at D/2). Why: a command admitted into a full
+	// ledger first waits for the demand ahead of it and then runs for about pXX
+	// itself, so only D − pXX of its deadline is there to wait in; the seed's rule
+	// spends all of D on the wait and leaves the command's own execution no room.
+	// Past D/2 the denominator stays D/2, so a slow spell raises demand (at most
+	// twice the seed's) but never makes it infinite: a bucket whose demand
+	// exceeded the pool for good could never run a command to learn it got faster.
+	DemandHeadroom
+)
+
+// SetDemandRule chooses the rule for the demands buckets compute from now on (each
+// bucket's next completed command or settings change); grants already made keep
+// theirs.
+func (g *DeadlineGate) SetDemandRule(r DemandRule) { g.rule.Store(uint32(r)) }
+
+// DemandRule returns the rule in force.
+func (g *DeadlineGate) DemandRule() DemandRule { return DemandRule(g.rule.Load()) }
+
+// demandOf is the demand in Micro, at least 1, of a command whose class has pxx
+// under deadline d (> 0) by rule r.
+func demandOf(pxx time.Duration, d int64, r DemandRule) int64 {
+	den := d
+	if r == DemandHeadroom {
+		den = max(d-int64(pxx), d/2, 1)
+	}
+	return max((int64(pxx)*Micro+den-1)/den, 1)
 }
 
 // Accepted returns the demand a pool has accepted and not yet released, in Micro.
@@ -315,7 +352,7 @@ func (b *BucketDeadline) refreshLocked(c *classWindow) {
 		c.demand.Store(0)
 		return
 	}
-	c.demand.Store(max((int64(pxx)*Micro+d-1)/d, 1))
+	c.demand.Store(demandOf(pxx, d, b.gate.DemandRule()))
 }
 
 // Admit decides whether a command of class (the pool it will take a ticket from) can

@@ -84,6 +84,7 @@ func New(opts Options) (*Server, error) {
 		houseDone: make(chan struct{}),
 		throttle:  tenant.NewThrottle(opts.NodeCapacity, opts.Now()),
 	}
+	s.deadline.SetDemandRule(ingress.DemandHeadroom) // docs/deadline-admission.md: why not the seed's
 	if err := s.open(); err != nil {
 		_ = db.Close()
 		return nil, err
