@@ -83,9 +83,10 @@ func deadlineBucket(name string, settings map[string]any) map[string]any {
 }
 
 // TestDeadlineCannotBeMet: bucket "dl" expects 20 ms per command against a
-// 10 ms deadline, so each command needs 2 tickets of a write pool fixed at 1:
+// 10 ms deadline, so each command needs 4 tickets (kvd's headroom rule:
+// pXX ÷ (D − pXX) with D − pXX held at D/2) of a write pool fixed at 1:
 // every command is refused at once with 0x86, "deadline 10 ms cannot be
-// met", and retry_after_us 10000 (the excess ticket frees in one deadline),
+// met", and retry_after_us 30000 (3 excess tickets of 1 free in 3 deadlines),
 // in the XERROR JSON and at the end of the plain-text reason. The neighbour
 // "free" (no deadline), in the same pool, runs every command. STAT and
 // Prometheus count the refusals for "dl" only. A config edit that removes
@@ -113,11 +114,11 @@ func TestDeadlineCannotBeMet(t *testing.T) {
 			t.Errorf("the refusal took %v: it must be at once", took)
 		}
 		ctx := xerrorContext(t, res)
-		if !strings.HasPrefix(ctx, "deadline 10 ms cannot be met: write p90 20000 us needs 2.000000 of a ticket") {
+		if !strings.HasPrefix(ctx, "deadline 10 ms cannot be met: write p90 20000 us needs 4.000000 of a ticket") {
 			t.Errorf("reason %q", ctx)
 		}
-		if n := retryAfterUS(t, res); n != 10000 {
-			t.Errorf("retry_after_us %d, want 10000 (excess 1 ticket of 1 × deadline 10 ms)", n)
+		if n := retryAfterUS(t, res); n != 30000 {
+			t.Errorf("retry_after_us %d, want 30000 (excess 3 tickets of 1 × deadline 10 ms)", n)
 		}
 		if res := free.call(reqWith(mc.OpSet, uint32(i), mc.AppendSetExtras(nil, 0, 0), "k", "v")); res.Status != mc.StatusOK {
 			t.Fatalf("SET on free (no deadline): status 0x%02x %q", uint16(res.Status), res.Value)
@@ -125,9 +126,9 @@ func TestDeadlineCannotBeMet(t *testing.T) {
 	}
 	res := plain.call(get("k"))
 	m := plainRetry.FindStringSubmatch(string(res.Value))
-	if res.Status != mc.StatusTemporaryFailure || res.Datatype != 0 || m == nil || m[1] != "10000" ||
+	if res.Status != mc.StatusTemporaryFailure || res.Datatype != 0 || m == nil || m[1] != "30000" ||
 		!strings.HasPrefix(string(res.Value), "deadline 10 ms cannot be met: read p90 20000 us") {
-		t.Fatalf("plain GET on dl: status 0x%02x datatype %d %q, want 0x86 \"deadline 10 ms cannot be met: read … retry_after_us=10000\"",
+		t.Fatalf("plain GET on dl: status 0x%02x datatype %d %q, want 0x86 \"deadline 10 ms cannot be met: read … retry_after_us=30000\"",
 			uint16(res.Status), res.Datatype, res.Value)
 	}
 
