@@ -71,6 +71,7 @@ func parseNeighbourFlags(args []string, stderr io.Writer) (neighbourOptions, err
 	if o.capacity <= 0 || o.rounds < 1 || o.nLoad <= 0 || o.dLoad <= 0 {
 		return o, fmt.Errorf("--capacity, --rounds, --n-load and --d-load must be > 0")
 	}
+	p.EnsureDefaults()
 	if o.adminUser == "" {
 		o.adminUser, o.adminPassword = p.User, p.Password
 	}
