@@ -11,9 +11,10 @@ import (
 
 // Deadline admission (SPEC section 7, seed 004 "Admissions Control", after SLEdge).
 //
-// A command of a bucket with a deadline needs pXX ÷ deadline of a ticket, where pXX is
-// the deadline_percentile of the bucket's recent execution times for the command's
-// class (or expected_execution_us until there is a sample). A pool of C tickets can
+// A command of a bucket with a deadline needs pXX ÷ deadline of a ticket (the seed's
+// rule; DemandHeadroom, which the server uses, charges pXX ÷ (deadline − pXX)), where
+// pXX is the deadline_percentile of the bucket's recent execution times for the
+// command's class (or expected_execution_us until there is a sample). A pool of C tickets can
 // run C such fractions at once; a command is admitted only while the demand already
 // accepted plus its own stays ≤ C, and it gives its demand back when it completes.
 // All figures are integers in millionths of a ticket (Micro), so that releasing
