@@ -195,7 +195,7 @@ func loadName(l float64) string { return strconv.FormatFloat(l, 'f', 2, 64) }
 // Sweep measures the capacity (unless given), then runs every point, Rounds
 // times: it creates the point's bucket with its settings (or, if it exists,
 // applies them with SetBucketThrottleProperties) and runs RunOpenLoop against
-// it. Points run one after the other; an error stops the sweep and is
+// it. Rounds after the first use buckets of their own (<bucket>-r2, …). Points run one after the other; an error stops the sweep and is
 // returned with the points measured so far (after the first round, every
 // point with the rounds it completed).
 func Sweep(ctx context.Context, o SweepOptions) (*SweepResult, error) {
@@ -215,6 +215,12 @@ func Sweep(ctx context.Context, o SweepOptions) (*SweepResult, error) {
 	res.Points = make([]SweepPoint, 0, len(specs))
 	for round := range o.Rounds {
 		for i, ps := range specs {
+			if round > 0 {
+				// A fresh bucket per round: its window and counters start
+				// empty as in the first round (and kvd's 0x2a need not
+				// accept the deadline settings).
+				ps.Bucket = fmt.Sprintf("%s-r%d", ps.Bucket, round+1)
+			}
 			r, err := o.runPoint(ctx, ps)
 			if err != nil {
 				return res, err

@@ -3,6 +3,7 @@ package ingress
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"kvd/probe"
@@ -39,6 +40,8 @@ type Controller struct {
 	seq       uint64                 // enqueue order across pools and buckets
 	prober    *probe.Prober
 	lastNow   time.Time // latest time any method was given; stamps Resize's grants
+
+	sizes [numPools]atomic.Int64 // each pool's size, mirrored for PoolSize
 }
 
 // pool is one ticket pool. Its fields are guarded by Controller.mu.
@@ -110,9 +113,25 @@ func New(o Options) (*Controller, error) {
 	c.node.node = true
 	c.nodes.New = func() any { return new(waiterNode) }
 	r, w := pr.Sizes()
-	c.pools[Read].setSizeLocked(r)
-	c.pools[Write].setSizeLocked(w)
+	c.setPoolSizeLocked(Read, r)
+	c.setPoolSizeLocked(Write, w)
 	return c, nil
+}
+
+// PoolSize returns pool's current size (its ticket count) without taking the
+// Controller's lock: one atomic load, for the deadline gate's capacity on the hot
+// path. It is 0 for a value that is not a pool.
+func (c *Controller) PoolSize(pool Pool) int {
+	if pool >= numPools {
+		return 0
+	}
+	return int(c.sizes[pool].Load())
+}
+
+// setPoolSizeLocked sets pool's size and its PoolSize mirror.
+func (c *Controller) setPoolSizeLocked(pool Pool, size int) {
+	c.pools[pool].setSizeLocked(size)
+	c.sizes[pool].Store(int64(c.pools[pool].size))
 }
 
 // Acquire tries to take a ticket from pool for one command of bucket b (nil for work

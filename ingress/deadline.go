@@ -11,9 +11,10 @@ import (
 
 // Deadline admission (SPEC section 7, seed 004 "Admissions Control", after SLEdge).
 //
-// A command of a bucket with a deadline needs pXX ÷ deadline of a ticket, where pXX is
-// the deadline_percentile of the bucket's recent execution times for the command's
-// class (or expected_execution_us until there is a sample). A pool of C tickets can
+// A command of a bucket with a deadline needs pXX ÷ deadline of a ticket (the seed's
+// rule; DemandHeadroom, which the server uses, charges pXX ÷ (deadline − pXX)), where
+// pXX is the deadline_percentile of the bucket's recent execution times for the
+// command's class (or expected_execution_us until there is a sample). A pool of C tickets can
 // run C such fractions at once; a command is admitted only while the demand already
 // accepted plus its own stays ≤ C, and it gives its demand back when it completes.
 // All figures are integers in millionths of a ticket (Micro), so that releasing
@@ -49,6 +50,43 @@ const (
 type DeadlineGate struct {
 	accepted [numPools]atomic.Int64 // Micro; never negative
 	stale    atomic.Int64           // releases that would have taken a ledger below zero
+	rule     atomic.Uint32          // DemandRule
+}
+
+// A DemandRule says how a command's demand follows from its class's pXX and the
+// bucket's deadline D.
+type DemandRule uint32
+
+const (
+	// DemandSeed is seed 004's rule: pXX ÷ D of a ticket. The zero value.
+	DemandSeed DemandRule = iota
+	// DemandHeadroom is pXX ÷ (D − pXX) while pXX ≤ D/2, and 2·pXX ÷ D beyond
+	// (the two meet at 1 ticket at D/2). Why: a command admitted into a full
+	// ledger first waits for the demand ahead of it and then runs for about pXX
+	// itself, so only D − pXX of its deadline is there to wait in; the seed's rule
+	// spends all of D on the wait and leaves the command's own execution no room.
+	// Past D/2 the denominator stays D/2, so a slow spell raises demand (at most
+	// twice the seed's) but never makes it infinite: a bucket whose demand
+	// exceeded the pool for good could never run a command to learn it got faster.
+	DemandHeadroom
+)
+
+// SetDemandRule chooses the rule for the demands buckets compute from now on (each
+// bucket's next completed command or settings change); grants already made keep
+// theirs.
+func (g *DeadlineGate) SetDemandRule(r DemandRule) { g.rule.Store(uint32(r)) }
+
+// DemandRule returns the rule in force.
+func (g *DeadlineGate) DemandRule() DemandRule { return DemandRule(g.rule.Load()) }
+
+// demandOf is the demand in Micro, at least 1, of a command whose class has pxx
+// under deadline d (> 0) by rule r.
+func demandOf(pxx time.Duration, d int64, r DemandRule) int64 {
+	den := d
+	if r == DemandHeadroom {
+		den = max(d-int64(pxx), d/2, 1)
+	}
+	return max((int64(pxx)*Micro+den-1)/den, 1)
 }
 
 // Accepted returns the demand a pool has accepted and not yet released, in Micro.
@@ -315,7 +353,7 @@ func (b *BucketDeadline) refreshLocked(c *classWindow) {
 		c.demand.Store(0)
 		return
 	}
-	c.demand.Store(max((int64(pxx)*Micro+d-1)/d, 1))
+	c.demand.Store(demandOf(pxx, d, b.gate.DemandRule()))
 }
 
 // Admit decides whether a command of class (the pool it will take a ticket from) can
@@ -355,6 +393,20 @@ func (b *BucketDeadline) Admit(class Pool, capacity int, now time.Time) (g Grant
 	b.rejected.Add(1)
 	g.accepted = seen
 	return g, false, retryEstimate(seen+g.demand-limit, capacity, g.deadline)
+}
+
+// Fits reports whether Admit would admit a command of class in a pool of capacity
+// tickets now, without taking or counting anything (another Admit may change the
+// answer at once). The server uses it to leave a command in its input, rather than
+// answer it ahead of the replies of a batch being collected.
+func (b *BucketDeadline) Fits(class Pool, capacity int) bool {
+	if class >= numPools {
+		class = Write
+	}
+	if b.deadline.Load() == 0 {
+		return true
+	}
+	return b.gate.accepted[class].Load()+b.classes[class].demand.Load() <= int64(max(capacity, 0))*Micro
 }
 
 // retryEstimate is Admit's retryAfter for excess Micro over a pool of capacity

@@ -341,3 +341,62 @@ func BenchmarkDeadlineAdmitParallel(b *testing.B) {
 		}
 	})
 }
+
+// TestPoolSize: the lock-free mirror the deadline gate reads follows New, Resize
+// (negative sizes clamp to 0) and rejects a value that is not a pool.
+func TestPoolSize(t *testing.T) {
+	c, _ := newTest(t, 3, 5, Options{})
+	if r, w := c.PoolSize(Read), c.PoolSize(Write); r != 3 || w != 5 {
+		t.Fatalf("after Resize(3, 5): PoolSize %d, %d", r, w)
+	}
+	c.Resize(7, -1)
+	s := c.Stats()
+	if c.PoolSize(Read) != 7 || c.PoolSize(Write) != 0 || int(s.Read.Total) != 7 || s.Write.Total != 0 {
+		t.Fatalf("after Resize(7, -1): PoolSize %d, %d; Stats %d, %d", c.PoolSize(Read), c.PoolSize(Write), s.Read.Total, s.Write.Total)
+	}
+	if c.PoolSize(Pool(9)) != 0 {
+		t.Fatal("PoolSize of a non-pool")
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = c.PoolSize(Write) }); n != 0 {
+		t.Fatalf("PoolSize allocates %v", n)
+	}
+}
+
+// TestDemandRules: the seed's pXX ÷ D against the headroom rule pXX ÷ (D − pXX),
+// whose denominator stops at D/2; a bucket follows its gate's rule at its next
+// refresh.
+func TestDemandRules(t *testing.T) {
+	const d = int64(50 * time.Millisecond)
+	for _, tc := range []struct {
+		pxx        time.Duration
+		seed, head int64
+	}{
+		{10 * time.Millisecond, 200_000, 250_000},
+		{25 * time.Millisecond, 500_000, Micro},
+		{40 * time.Millisecond, 800_000, 1_600_000},
+		{100 * time.Millisecond, 2 * Micro, 4 * Micro},
+		{0, 1, 1},
+	} {
+		if got := demandOf(tc.pxx, d, DemandSeed); got != tc.seed {
+			t.Errorf("seed pxx %v: %d, want %d", tc.pxx, got, tc.seed)
+		}
+		if got := demandOf(tc.pxx, d, DemandHeadroom); got != tc.head {
+			t.Errorf("headroom pxx %v: %d, want %d", tc.pxx, got, tc.head)
+		}
+	}
+	var g DeadlineGate
+	s := DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 90, ExpectedExecution: 10 * time.Millisecond}
+	b := newDeadlineBucket(t, &g, s)
+	g.SetDemandRule(DemandHeadroom)
+	if gr, _, _ := b.Admit(Write, 2, dt0); gr.Demand() != 200_000 {
+		t.Fatalf("before a refresh: demand %d, want the seed's 200000", gr.Demand())
+	} else {
+		b.Release(gr)
+	}
+	if err := b.SetSettings(s); err != nil {
+		t.Fatal(err)
+	}
+	if gr, _, _ := b.Admit(Write, 2, dt0); gr.Demand() != 250_000 || g.DemandRule() != DemandHeadroom {
+		t.Fatalf("after SetSettings: demand %d, want 250000 (10 ms / 40 ms)", gr.Demand())
+	}
+}

@@ -116,8 +116,9 @@
 //
 // DeadlineGate and BucketDeadline (deadline.go) add SLEdge's gate (seed 004, SPEC
 // section 7) in front of the ticket pools: a command of a bucket with deadline_ms
-// needs pXX ÷ deadline of a ticket, pXX taken from a Window of the bucket's last 256
-// execution times of its class; it is admitted only while the demand its
+// needs pXX ÷ deadline of a ticket (DemandSeed) or pXX ÷ (deadline − pXX)
+// (DemandHeadroom, the gate's DemandRule), pXX taken from a Window of the bucket's
+// last 256 execution times of its class; it is admitted only while the demand its
 // pool has accepted across all buckets plus its own stays within the pool's ticket
 // count, and gives it back when it completes or expires. Demand is kept in millionths
 // of a ticket in one atomic per pool, so releases bring it back to exactly zero and it

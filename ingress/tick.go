@@ -38,8 +38,8 @@ func (c *Controller) Tick(now time.Time) {
 	}
 	if !c.opts.DisableProbe {
 		r, w := c.prober.Probe(s)
-		c.pools[Read].setSizeLocked(r)
-		c.pools[Write].setSizeLocked(w)
+		c.setPoolSizeLocked(Read, r)
+		c.setPoolSizeLocked(Write, w)
 	}
 	c.pumpLocked(now, &granted)
 	c.mu.Unlock()
@@ -99,8 +99,8 @@ func (c *Controller) Resize(read, write int) {
 }
 
 func (c *Controller) resizeLocked(read, write int, now time.Time, granted *chain) {
-	c.pools[Read].setSizeLocked(read)
-	c.pools[Write].setSizeLocked(write)
+	c.setPoolSizeLocked(Read, read)
+	c.setPoolSizeLocked(Write, write)
 	c.pumpLocked(now, granted)
 }
 

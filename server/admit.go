@@ -42,10 +42,14 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 		return v
 	}
 	c.cmdStart = now.Add(-c.throttledFor) // frame complete, before any parking
+	if v := s.checkDeadline(c, req, pool, c.cmdStart); v != admitRun {
+		return v
+	}
 	if c.collect != nil {
 		// Never queue behind our own batch: run it first, then ask again.
 		t, d, _ := s.ingress.Acquire(pool, adm, nil, chargeOf(req), now)
 		if d != ingress.Admitted {
+			c.dropGrant()
 			return admitWait
 		}
 		c.collectReq(req, t)
@@ -68,7 +72,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 		c.inflight = b // the continuation: Granted or Expired will finish it
 		return admitQueued
 	}
-	b.release()
+	b.release() // gives the deadline grant back too
 	c.bucket.Throttle().CountRejected()
 	c.lat.add(&stateOf(c.bucket).lat, classOf(req.Opcode), c.cmdStart, 0, 0)
 	st := mc.StatusBusy
@@ -188,8 +192,9 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 		return false
 	}
 	c.peek = it.Value
-	r := request{hdr: headerOf(req), throttled: c.throttledFor}
+	r := request{hdr: headerOf(req), throttled: c.throttledFor, ticket: t}
 	c.throttledFor = 0
+	r.dl, r.grant, c.dl, c.grant = c.dl, c.grant, nil, ingress.Grant{}
 	r.ru = unitsOf(len(req.Key)+len(it.Value), s.limits().ReadUnitSize)
 	b.Throttle().CountCommand()
 	b.Counters.CmdGet.Add(1)
@@ -202,6 +207,7 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 	var ex [4]byte
 	c.out = c.appendMetered(c.out, &r, it.CAS, mc.AppendUint32(ex[:0], it.Flags), key, it.Value)
 	s.ingress.Settle(t, int64(len(it.Value)), now) // teaches the bucket's read estimate
+	endDeadline(&r, now)
 	s.ingress.Release(t, now)
 	c.lat.add(&stateOf(b).lat, classRead, now.Add(-r.throttled), r.throttled, 0)
 	return true
@@ -221,15 +227,30 @@ func (c *conn) addReq(b *batch, req *mc.Request) *request {
 	r := b.add(req)
 	r.throttled, c.throttledFor = c.throttledFor, 0
 	r.start = c.cmdStart
+	r.dl, r.grant, c.dl, c.grant = c.dl, c.grant, nil, ingress.Grant{}
 	return r
 }
 
 // Granted implements ingress.Waiter: the queued command got its ticket and
 // goes to a worker. It runs on the goroutine that returned the ticket.
+//
+// A command whose deadline passed while it waited does not run: the ticket
+// goes back at once and the command is answered 0x86 "deadline passed after
+// N ms in the queue" (num_deadline_expired).
 func (b *batch) Granted(t ingress.Ticket) {
-	b.reqs[0].ticket = t
-	b.reqs[0].queued = b.c.srv.opts.Now().Sub(b.reqs[0].queuedAt)
-	b.c.srv.submit(b)
+	r, s := b.reqs[0], b.c.srv
+	now := s.opts.Now()
+	r.queued = now.Sub(r.queuedAt)
+	if waited, stale := staleGrant(r, now); stale {
+		s.ingress.Release(t, now)
+		expireDeadline(r)
+		r.status, r.reason = mc.StatusTemporaryFailure, deadlinePassedReason(waited)
+		b.out = b.c.appendResult(b.out, r)
+		b.c.finish(b)
+		return
+	}
+	r.ticket = t
+	s.submit(b)
 }
 
 // Expired implements ingress.Waiter: the queued command waited past the
@@ -237,6 +258,7 @@ func (b *batch) Granted(t ingress.Ticket) {
 func (b *batch) Expired(reason string) {
 	r := b.reqs[0]
 	r.queued = b.c.srv.opts.Now().Sub(r.queuedAt)
+	releaseDeadline(r)
 	r.status, r.reason = mc.StatusTemporaryFailure, reason
 	b.bucket.Throttle().CountRejected()
 	b.out = b.c.appendResult(b.out, r)
@@ -293,8 +315,9 @@ func estimated(op mc.Opcode) bool {
 // bucketState is the server's own per-bucket state, which the catalog
 // carries on each bucket (catalog.Bucket.Ext) without interpreting it.
 type bucketState struct {
-	adm *ingress.Bucket // the bucket's admission limits, queues and figures
-	lat bucketLatency   // end-to-end, parked and queued latency
+	adm *ingress.Bucket         // the bucket's admission limits, queues and figures
+	dl  *ingress.BucketDeadline // the bucket's deadline gate, windows and figures
+	lat bucketLatency           // end-to-end, parked and queued latency
 }
 
 func stateOf(b *catalog.Bucket) *bucketState { return b.Ext().(*bucketState) }
@@ -309,11 +332,15 @@ func admissionLimits(set tenant.Settings) ingress.BucketLimits {
 type bucketHooks struct{ s *Server }
 
 func (h bucketHooks) BucketAdded(b *catalog.Bucket) {
-	b.SetExt(&bucketState{adm: h.s.ingress.AddBucket(b.Name(), admissionLimits(b.Settings()))})
+	b.SetExt(&bucketState{
+		adm: h.s.ingress.AddBucket(b.Name(), admissionLimits(b.Settings())),
+		dl:  h.s.newBucketDeadline(b),
+	})
 }
 
 func (h bucketHooks) SettingsChanged(b *catalog.Bucket) {
 	h.s.ingress.SetBucketLimits(stateOf(b).adm, admissionLimits(b.Settings()), h.s.opts.Now())
+	h.s.setBucketDeadline(b)
 }
 
 // BucketRemoved answers the bucket's queued commands: 0x86 "bucket B was

@@ -8,6 +8,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"kvd/catalog"
+	"kvd/ingress"
 	"kvd/protocol/binary"
 	"kvd/tenant"
 )
@@ -60,6 +61,13 @@ type conn struct {
 	throttledFor time.Duration // how long the next batched command was held
 	cmdStart     time.Time     // frame complete of the command being admitted
 	lat          latencyLog    // commands answered this pass, observed after the write
+
+	// The deadline grant of the command being admitted (with dl, its
+	// bucket's gate; nil when it holds none), and the reused body of
+	// deadline refusals (deadline.go).
+	dl      *ingress.BucketDeadline
+	grant   ingress.Grant
+	scratch []byte
 
 	out      []byte // replies of this pass, written once at the end
 	peek     []byte // value buffer of GETs answered on the loop

@@ -91,6 +91,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	describeIngress(ch)
 	describeLatency(ch)
+	describeDeadline(ch)
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -118,6 +119,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descConnsTot, float64(s.totalConns.Load()))
 	c.collectPebble(ch)
 	s.collectIngress(ch)
+	s.collectDeadline(ch)
 }
 
 func (c collector) collectPebble(ch chan<- prometheus.Metric) {

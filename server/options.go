@@ -163,25 +163,6 @@ func limitsOf(o *Options) *Limits {
 
 func (s *Server) limits() *Limits { return s.lim.Load() }
 
-// warnUnenforced logs, once per start or reload, each setting that is
-// accepted but not enforced yet, so that an operator is never misled.
-func warnUnenforced(o *Options, log *slog.Logger) {
-	for _, b := range o.Buckets {
-		s := b.Settings
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{
-			{"deadline_ms", s.Deadline != 0},
-			{"deadline_percentile", s.DeadlinePercentile != 0}, {"expected_execution_us", s.ExpectedExecution != 0},
-		} {
-			if f.set {
-				log.Warn("setting not enforced yet", "bucket", b.Name, "setting", f.name)
-			}
-		}
-	}
-}
-
 // orDefault sets *v to def when it is zero or negative ("" for strings).
 func orDefault[T cmp.Ordered](v *T, def T) {
 	var zero T

@@ -43,7 +43,6 @@ func (s *Server) Reconfigure(next Options) (needRestart []string, err error) {
 	if err := s.reconfigureIngress(&next.Ingress); err != nil {
 		return nil, err
 	}
-	warnUnenforced(&next, s.log)
 	return s.restartNeeded(&next), nil
 }
 

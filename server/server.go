@@ -32,6 +32,7 @@ type Server struct {
 	lim      atomic.Pointer[Limits] // reloadable limits
 	reloadMu sync.Mutex             // serializes Reconfigure
 	ingress  *ingress.Controller
+	deadline ingress.DeadlineGate // the node's ledger of accepted deadline demand, per pool
 	started  time.Time
 	pid      int
 
@@ -83,11 +84,11 @@ func New(opts Options) (*Server, error) {
 		houseDone: make(chan struct{}),
 		throttle:  tenant.NewThrottle(opts.NodeCapacity, opts.Now()),
 	}
+	s.deadline.SetDemandRule(ingress.DemandHeadroom) // docs/deadline-admission.md: why not the seed's
 	if err := s.open(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
-	warnUnenforced(&s.opts, s.log)
 	return s, nil
 }
 

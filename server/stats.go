@@ -74,10 +74,19 @@ type bucketDetail struct {
 	MaxConcurrent  int64 `json:"max_concurrent"`
 	MaxQueued      int64 `json:"max_queued"`
 	QueueTimeoutMS int64 `json:"queue_timeout_ms"`
+
+	// Deadline admission (ingress.DeadlineStats).
+	DeadlineMS          int64 `json:"deadline_ms"`
+	DeadlinePercentile  int   `json:"deadline_percentile"`
+	NumDeadlineRejected int64 `json:"num_deadline_rejected"`
+	NumDeadlineExpired  int64 `json:"num_deadline_expired"`
+	NumDeadlineMissed   int64 `json:"num_deadline_missed"`
+	WindowReadPXXUS     int64 `json:"window_read_pXX_us"`
+	WindowWritePXXUS    int64 `json:"window_write_pXX_us"`
 }
 
 func detailOf(b *catalog.Bucket) bucketDetail {
-	st, ad := b.Throttle().Stats(), stateOf(b).adm.Stats()
+	st, ad, dl := b.Throttle().Stats(), stateOf(b).adm.Stats(), stateOf(b).dl.Stats()
 	return bucketDetail{
 		InFlight: ad.InFlight, QueueLength: ad.QueueLength, NumQueued: ad.NumQueued,
 		NumQueueFull: ad.NumQueueFull, NumTimedOut: ad.NumTimedOut, QueueWaitTime: ad.QueueWaitTimeUS,
@@ -88,6 +97,10 @@ func detailOf(b *catalog.Bucket) bucketDetail {
 		ThrottleReserved: tenant.Limit(st.Reserved), ThrottleHardLimit: tenant.Limit(st.HardLimit),
 		EffectiveReserved: st.EffectiveReserved, FreePoolShare: st.Share, UnitsThisSecond: st.Used,
 		Items: b.Store().ItemCount(),
+
+		DeadlineMS: dl.Deadline.Milliseconds(), DeadlinePercentile: dl.Percentile,
+		NumDeadlineRejected: dl.Rejected, NumDeadlineExpired: dl.Expired, NumDeadlineMissed: dl.Missed,
+		WindowReadPXXUS: dl.ReadPXX.Microseconds(), WindowWritePXXUS: dl.WritePXX.Microseconds(),
 	}
 }
 

@@ -38,6 +38,11 @@ type request struct {
 	start     time.Time      // its frame complete (before any parking)
 	queuedAt  time.Time      // when it joined the ticket queue
 	queued    time.Duration  // how long it waited for a ticket
+
+	// Its deadline grant (with dl, its bucket's gate; nil when it holds
+	// none), ended exactly once: Done, Expire or Release (deadline.go).
+	dl    *ingress.BucketDeadline
+	grant ingress.Grant
 }
 
 // header is what a reply needs to echo.
@@ -98,6 +103,7 @@ type batch struct {
 }
 
 func (r *request) release() {
+	releaseDeadline(r) // a command that never ran gives its demand back
 	r.status, r.reason, r.cas, r.flags, r.num, r.mut = 0, "", 0, 0, 0, false
 	r.size, r.ru, r.wu, r.throttled, r.queued = 0, 0, 0, 0, 0
 	r.res = r.res[:0]
@@ -249,6 +255,7 @@ func (s *Server) execBatch(b *batch) {
 func (s *Server) releaseTickets(b *batch) {
 	now := s.opts.Now()
 	for _, r := range b.reqs {
+		endDeadline(r, now)
 		if r.ticket.Valid() {
 			s.ingress.Release(r.ticket, now)
 			r.ticket = ingress.Ticket{}

@@ -23,6 +23,7 @@ throttle counts.
 
 usage: kvbench [flags]
        kvbench deadline [flags]   (the deadline-admission experiment; see its --help)
+       kvbench neighbour [flags]  (a bucket without deadline next to one with; see its --help)
 
   --bucket SPEC is repeatable, one per tenant:
   %s
@@ -114,6 +115,9 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "deadline" {
 		return runDeadline(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "neighbour" {
+		return runNeighbour(args[1:], stdout, stderr)
 	}
 	opts, c, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {

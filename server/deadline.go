@@ -1,0 +1,195 @@
+package server
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"kvd/catalog"
+	"kvd/ingress"
+	"kvd/protocol/binary"
+	"kvd/tenant"
+)
+
+// Deadline admission (SPEC section 7, seed 004): the server's side of
+// ingress.DeadlineGate and ingress.BucketDeadline.
+//
+// A data command that takes a ticket asks its bucket's gate after the
+// throttle said run and before ingress.Acquire (admitDeadline). Refused, it
+// is answered 0x86 at once: "deadline <D> ms cannot be met: …" with
+// retry_after_us (in the XERROR JSON, or at the end of the plain-text
+// reason). Admitted, its Grant travels with it in its request, through the
+// ticket queue if it waits, and ends exactly once:
+//
+//   - Done on the worker (or on the loop for a resident GET) when its reply
+//     is ready, with the time from ticket to reply (endDeadline);
+//   - Expire when it is granted a ticket after its deadline has already
+//     passed: it is answered 0x86 "deadline passed after N ms in the queue"
+//     instead of running stale (batch.Granted);
+//   - Release when it never runs for another reason: Acquire refused it,
+//     its queue wait timed out, its bucket was deleted, its client went away,
+//     or it was left in the input to be admitted again later.
+//
+// Unthrottled connections take exempt tickets and skip the gate, as they
+// skip every other admission limit.
+
+// deadlineSettings are the gate's settings of a bucket's tenant settings.
+func deadlineSettings(set tenant.Settings) ingress.DeadlineSettings {
+	return ingress.DeadlineSettings{
+		Deadline: set.Deadline, Percentile: set.DeadlinePercentile, ExpectedExecution: set.ExpectedExecution,
+	}
+}
+
+// newBucketDeadline is a new bucket's gate. tenant validated the settings
+// already; should the two ever disagree, the bucket runs without a deadline
+// and the error is logged rather than the bucket refused.
+func (s *Server) newBucketDeadline(b *catalog.Bucket) *ingress.BucketDeadline {
+	dl, err := ingress.NewBucketDeadline(&s.deadline, deadlineSettings(b.Settings()))
+	if err != nil {
+		s.log.Error("deadline settings ignored", "bucket", b.Name(), "err", err)
+		dl, _ = ingress.NewBucketDeadline(&s.deadline, ingress.DeadlineSettings{})
+	}
+	return dl
+}
+
+// setBucketDeadline applies changed settings to a bucket's gate.
+func (s *Server) setBucketDeadline(b *catalog.Bucket) {
+	if err := stateOf(b).dl.SetSettings(deadlineSettings(b.Settings())); err != nil {
+		s.log.Error("deadline settings ignored", "bucket", b.Name(), "err", err)
+	}
+}
+
+// checkDeadline asks c's bucket's gate whether req, of class pool, can meet
+// the bucket's deadline; arrival is when the command first asked admission
+// (before any throttle wait), from which its deadline counts. Admitted, the
+// Grant waits in c.grant for the request the command is copied into
+// (addReq, serveResident), or for dropGrant. Refused, the command is
+// answered 0x86 here, unless a batch is being collected: its reply must not
+// overtake theirs, so it stays in the input and asks again once they ran.
+func (s *Server) checkDeadline(c *conn, req *binary.Request, pool ingress.Pool, arrival time.Time) verdict {
+	dl := stateOf(c.bucket).dl
+	capacity := s.ingress.PoolSize(pool)
+	if c.collect != nil && !dl.Fits(pool, capacity) {
+		return admitWait
+	}
+	g, ok, retry := dl.Admit(pool, capacity, arrival)
+	switch {
+	case ok:
+		if g.Deadline() > 0 {
+			c.dl, c.grant = dl, g
+		}
+		return admitRun
+	case c.collect != nil:
+		return admitWait // lost a race since Fits: counted, but answered later
+	}
+	c.bucket.Throttle().CountRejected()
+	c.out = c.appendDeadlineRefusal(c.out, req, g, capacity, retry)
+	return admitAnswered
+}
+
+// dropGrant gives back the grant checkDeadline left in c for a command that
+// stays in the input after all (it will ask the gate again).
+func (c *conn) dropGrant() {
+	if c.dl != nil {
+		c.dl.Release(c.grant)
+		c.dl, c.grant = nil, ingress.Grant{}
+	}
+}
+
+// appendDeadlineRefusal encodes the 0x86 of a command the gate refused,
+// without allocating once c's scratch buffer has grown: with XERROR
+// {"error":{"context":"deadline 50 ms cannot be met: …","retry_after_us":N}},
+// otherwise the reason followed by " retry_after_us=N". The reason is plain
+// ASCII without quotes or backslashes, so it needs no JSON escaping.
+func (c *conn) appendDeadlineRefusal(dst []byte, req *binary.Request, g ingress.Grant, capacity int, retry time.Duration) []byte {
+	us := int64((retry + time.Microsecond - 1) / time.Microsecond)
+	body := c.scratch[:0]
+	res := binary.Response{Opcode: req.Opcode, Status: binary.StatusTemporaryFailure, Opaque: req.Opaque}
+	if c.features&featXError != 0 {
+		res.Datatype = binary.DatatypeJSON
+		body = append(body, `{"error":{"context":"`...)
+		body = g.AppendReason(body, capacity)
+		body = append(body, `","retry_after_us":`...)
+		body = strconv.AppendInt(body, us, 10)
+		body = append(body, "}}"...)
+	} else {
+		body = g.AppendReason(body, capacity)
+		body = append(body, " retry_after_us="...)
+		body = strconv.AppendInt(body, us, 10)
+	}
+	c.scratch = body
+	res.Value = body
+	return binary.AppendResponse(dst, req.Alt(), &res)
+}
+
+// endDeadline ends r's grant when its reply is ready at now: Done with the
+// time from its ticket to now. A command that ended in an internal error is
+// not a sample of the execution time.
+func endDeadline(r *request, now time.Time) {
+	if r.dl == nil {
+		return
+	}
+	ok := r.status != binary.StatusInternal && r.status != binary.StatusTemporaryFailure
+	r.dl.Done(r.grant, now.Sub(r.ticket.AcquiredAt()), ok, now)
+	r.dl, r.grant = nil, ingress.Grant{}
+}
+
+// releaseDeadline gives back r's grant, if it still holds one, without
+// counting anything: the command will not run.
+func releaseDeadline(r *request) {
+	if r.dl == nil {
+		return
+	}
+	r.dl.Release(r.grant)
+	r.dl, r.grant = nil, ingress.Grant{}
+}
+
+// expireDeadline ends r's grant because its deadline passed while it waited.
+func expireDeadline(r *request) {
+	if r.dl == nil {
+		return
+	}
+	r.dl.Expire(r.grant)
+	r.dl, r.grant = nil, ingress.Grant{}
+}
+
+// staleGrant reports whether r, just granted a ticket at now, has a deadline
+// that passed while it waited, and how long it waited since it arrived.
+func staleGrant(r *request, now time.Time) (time.Duration, bool) {
+	if r.dl == nil || !r.grant.Passed(now) {
+		return 0, false
+	}
+	return now.Sub(r.grant.Due().Add(-r.grant.Deadline())), true
+}
+
+// deadlinePassedReason is the 0x86 reason of a command whose deadline passed
+// while it waited for a ticket.
+func deadlinePassedReason(waited time.Duration) string {
+	return "deadline passed after " + strconv.FormatInt(waited.Milliseconds(), 10) + " ms in the queue"
+}
+
+var (
+	descDlRejected = desc("kvd_bucket_deadline_rejected_total", "Commands of the bucket answered 0x86 because their deadline could not be met (deadline admission).", "bucket")
+	descDlExpired  = desc("kvd_bucket_deadline_expired_total", "Commands of the bucket answered 0x86 because their deadline passed while they waited for a ticket.", "bucket")
+	descDlMissed   = desc("kvd_bucket_deadline_missed_total", "Commands of the bucket whose reply was ready after their deadline.", "bucket")
+	descDlWindow   = desc("kvd_bucket_deadline_window_seconds", "The execution-time percentile (deadline_percentile) of the bucket's window that its deadline demand uses, by command class.", "bucket", "class")
+)
+
+func describeDeadline(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descDlRejected, descDlExpired, descDlMissed, descDlWindow} {
+		ch <- d
+	}
+}
+
+// collectDeadline exports the deadline figures STAT bucket_details shows.
+func (s *Server) collectDeadline(ch chan<- prometheus.Metric) {
+	for _, b := range s.cat.All() {
+		st, name := stateOf(b).dl.Stats(), b.Name()
+		emitCounter(ch, descDlRejected, float64(st.Rejected), name)
+		emitCounter(ch, descDlExpired, float64(st.Expired), name)
+		emitCounter(ch, descDlMissed, float64(st.Missed), name)
+		emitGauge(ch, descDlWindow, st.ReadPXX.Seconds(), name, "read")
+		emitGauge(ch, descDlWindow, st.WritePXX.Seconds(), name, "write")
+	}
+}

@@ -1,0 +1,145 @@
+package server
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"kvd/ingress"
+	mc "kvd/protocol/binary"
+	"kvd/tenant"
+)
+
+// withDeadline gives the test bucket "b" deadline settings.
+func withDeadline(deadline, expected time.Duration, nodeTickets int64) func(*Options) {
+	return func(o *Options) {
+		o.Buckets[0].Settings = tenant.Settings{Reserved: tenant.Unlimited, HardLimit: tenant.Unlimited,
+			Deadline: deadline, DeadlinePercentile: 90, ExpectedExecution: expected}
+		if nodeTickets > 0 {
+			o.Ingress.NodeTickets = nodeTickets
+		}
+	}
+}
+
+// TestDeadlineCheckAllocs: the loop's deadline check allocates nothing,
+// whether it admits (and the grant is dropped again) or refuses (the 0x86
+// is encoded into the connection's output from its scratch buffer).
+func TestDeadlineCheckAllocs(t *testing.T) {
+	clk := newClock()
+	for _, tc := range []struct {
+		name     string
+		expected time.Duration
+		want     verdict
+	}{{"admit", time.Microsecond, admitRun}, {"refuse", time.Hour, admitAnswered}} {
+		s := newLoopServer(t, clk, withDeadline(time.Second, tc.expected, 0))
+		c, _ := s.openFake(t)
+		req := set(1, "k", "v")
+		run := func() {
+			if v := s.checkDeadline(c, req, ingress.Write, clk.now()); v != tc.want {
+				t.Fatalf("%s: verdict %v, want %v", tc.name, v, tc.want)
+			}
+			c.dropGrant()
+			c.out = c.out[:0]
+		}
+		run()
+		if n := testing.AllocsPerRun(1000, run); n != 0 {
+			t.Errorf("%s: %v allocations per check, want 0", tc.name, n)
+		}
+		if a := s.deadline.Accepted(ingress.Write); a != 0 {
+			t.Errorf("%s: ledger %d after every grant was dropped", tc.name, a)
+		}
+	}
+}
+
+// BenchmarkDeadlineCheck is the loop's per-command cost of an admitting
+// check (Admit and, here, the release of its grant).
+func BenchmarkDeadlineCheck(b *testing.B) {
+	t := &testing.T{}
+	clk := newClock()
+	s := newLoopServer(t, clk, withDeadline(time.Second, time.Microsecond, 0))
+	c, _ := s.openFake(t)
+	req, now := set(1, "k", "v"), clk.now()
+	b.ReportAllocs()
+	for b.Loop() {
+		s.checkDeadline(c, req, ingress.Write, now)
+		c.dropGrant()
+	}
+}
+
+// TestLoopDeadlineExpiredAtGrant: a SET that waits for the node's only
+// ticket past its bucket's 50 ms deadline is answered 0x86 "deadline passed
+// after 60 ms in the queue" when the ticket comes, does not run, gives the
+// ticket straight back and its demand too, and counts as expired.
+func TestLoopDeadlineExpiredAtGrant(t *testing.T) {
+	clk := newClock()
+	s := newLoopServer(t, clk, withDeadline(50*time.Millisecond, time.Millisecond, 1))
+	c, f := s.openFake(t)
+	held := holdTicket(t, s, clk.now())
+	f.send(set(1, "stale", "v"))
+	c.onTraffic()
+	if c.inflight == nil || s.deadline.Accepted(ingress.Write) == 0 {
+		t.Fatalf("SET not queued with its demand: inflight %v, ledger %d", c.inflight, s.deadline.Accepted(ingress.Write))
+	}
+	clk.advance(60 * time.Millisecond)
+	s.ingress.Release(held, clk.now())
+	f.waitWake(t)
+	c.onTraffic()
+	rs := f.replies(t)
+	if len(rs) != 1 || rs[0].Status != mc.StatusTemporaryFailure || string(rs[0].Value) != "deadline passed after 60 ms in the queue" {
+		t.Fatalf("replies %+v, want one 0x86 \"deadline passed after 60 ms in the queue\"", rs)
+	}
+	if st := s.ingress.Stats().Write; st.Out != 0 || st.QueueLength != 0 {
+		t.Fatalf("ticket not given back: %+v", st)
+	}
+	if a := s.deadline.Accepted(ingress.Write); a != 0 {
+		t.Fatalf("ledger %d after the expiry", a)
+	}
+	if d := stateOf(c.bucket).dl.Stats(); d.Expired != 1 || d.Missed != 0 {
+		t.Fatalf("deadline stats %+v, want 1 expired", d)
+	}
+	if c.bucket.Store().ItemCount() != 0 {
+		t.Fatal("the expired SET was executed")
+	}
+}
+
+// TestLoopDeadlineLedgerBalances: grants end exactly once on every path: a
+// command that ran (Done, counted missed when late), one cancelled while
+// queued (its client closed), and one refused by a full queue. The ledger
+// is back at zero and nothing was counted twice.
+func TestLoopDeadlineLedgerBalances(t *testing.T) {
+	clk := newClock()
+	s := newLoopServer(t, clk, func(o *Options) {
+		withDeadline(50*time.Millisecond, time.Millisecond, 1)(o)
+		o.Ingress.MaxQueueDepth = 1
+	})
+	c1, f1 := s.openFake(t)
+	c2, f2 := s.openFake(t)
+	c3, f3 := s.openFake(t)
+	held := holdTicket(t, s, clk.now())
+	f1.send(set(1, "a", "v"))
+	c1.onTraffic() // queued
+	f2.send(set(2, "b", "v"))
+	c2.onTraffic() // queue full: 0x85, grant released
+	if rs := f2.replies(t); len(rs) != 1 || rs[0].Status != mc.StatusBusy {
+		t.Fatalf("second SET: %+v, want 0x85", rs)
+	}
+	c1.close() // cancelled while queued: grant released
+	if a := s.deadline.Accepted(ingress.Write); a != 0 {
+		t.Fatalf("ledger %d after a refusal and a cancel", a)
+	}
+	s.ingress.Release(held, clk.now())
+	f3.send(set(3, "c", "v"))
+	c3.onTraffic()
+	f3.waitWake(t)
+	c3.onTraffic()
+	if rs := f3.replies(t); len(rs) != 1 || rs[0].Status != mc.StatusOK {
+		t.Fatalf("third SET: %+v", rs)
+	}
+	d := stateOf(c3.bucket).dl.Stats()
+	if a := s.deadline.Accepted(ingress.Write); a != 0 || s.deadline.StaleReleases() != 0 || d.WriteSamples != 1 || d.Expired != 0 {
+		t.Fatalf("ledger %d, stale releases %d, stats %+v: want 0, 0, one sample", a, s.deadline.StaleReleases(), d)
+	}
+	if !strings.Contains(string(f2.out), "queue full") {
+		t.Fatalf("0x85 reason %q", f2.out)
+	}
+}

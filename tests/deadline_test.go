@@ -1,0 +1,295 @@
+package tests
+
+// Black-box tests of deadline admission (SPEC section 7, seed 004, issue 10):
+// a command whose bucket's deadline cannot be met is answered 0x86 at once
+// with retry_after_us (XERROR JSON and plain text); one that waited in the
+// queue past its deadline is answered "deadline passed after N ms in the
+// queue" instead of running; below capacity nothing is refused; a bucket
+// without a deadline is untouched by a neighbour's; the settings act from
+// the config file, and a reload changes them; STAT bucket_details and the
+// Prometheus endpoint show the figures.
+//
+// Like the ingress tests they are not parallel: two of them keep the disk
+// busy on purpose.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	mc "kvd/protocol/binary"
+)
+
+// deadlineDetail is the deadline part of STAT "bucket_details NAME".
+type deadlineDetail struct {
+	DeadlineMS         int64 `json:"deadline_ms"`
+	DeadlinePercentile int   `json:"deadline_percentile"`
+	Rejected           int64 `json:"num_deadline_rejected"`
+	Expired            int64 `json:"num_deadline_expired"`
+	Missed             int64 `json:"num_deadline_missed"`
+	ReadPXXUS          int64 `json:"window_read_pXX_us"`
+	WritePXXUS         int64 `json:"window_write_pXX_us"`
+}
+
+// deadlineStat reads the deadline fields of STAT "bucket_details NAME",
+// failing if any is absent.
+func (c *rawConn) deadlineStat(name string) deadlineDetail {
+	c.t.Helper()
+	raw := c.statGroup("bucket_details " + name)[name]
+	for _, f := range []string{"deadline_ms", "deadline_percentile", "num_deadline_rejected", "num_deadline_expired",
+		"num_deadline_missed", "window_read_pXX_us", "window_write_pXX_us"} {
+		if !strings.Contains(raw, `"`+f+`":`) {
+			c.t.Fatalf("STAT bucket_details %s lacks %q: %s", name, f, raw)
+		}
+	}
+	var d deadlineDetail
+	if err := json.Unmarshal([]byte(raw), &d); err != nil {
+		c.t.Fatalf("STAT bucket_details %s: %v in %s", name, err, raw)
+	}
+	return d
+}
+
+// retryAfterUS returns the retry_after_us of a 0x86 XERROR body, failing if
+// it is absent.
+func retryAfterUS(t *testing.T, res *mc.Response) int64 {
+	t.Helper()
+	var doc struct {
+		Error struct {
+			RetryAfterUS *int64 `json:"retry_after_us"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(res.Value, &doc); err != nil || doc.Error.RetryAfterUS == nil {
+		t.Fatalf("0x86 body %q has no retry_after_us (%v)", res.Value, err)
+	}
+	return *doc.Error.RetryAfterUS
+}
+
+// plainRetry matches the end of a plain-text "cannot be met" reason.
+var plainRetry = regexp.MustCompile(` retry_after_us=(\d+)$`)
+
+// deadlineBucket is a config bucket entry, never throttled, with the
+// deadline settings given (and any others).
+func deadlineBucket(name string, settings map[string]any) map[string]any {
+	b := bucketConfig(name, "unlimited", nil)
+	for k, v := range settings {
+		b[k] = v
+	}
+	return b
+}
+
+// TestDeadlineCannotBeMet: bucket "dl" expects 20 ms per command against a
+// 10 ms deadline, so each command needs 4 tickets (kvd's headroom rule:
+// pXX ÷ (D − pXX) with D − pXX held at D/2) of a write pool fixed at 1:
+// every command is refused at once with 0x86, "deadline 10 ms cannot be
+// met", and retry_after_us 30000 (3 excess tickets of 1 free in 3 deadlines),
+// in the XERROR JSON and at the end of the plain-text reason. The neighbour
+// "free" (no deadline), in the same pool, runs every command. STAT and
+// Prometheus count the refusals for "dl" only. A config edit that removes
+// dl's deadline lets its commands run.
+func TestDeadlineCannotBeMet(t *testing.T) {
+	metrics := freeAddr(t)
+	dl := map[string]any{"deadline_ms": 10, "deadline_percentile": 90, "expected_execution_us": 20000}
+	cfg := func(dl map[string]any) string {
+		return throttleConfig(t, map[string]any{"ingress": map[string]any{"probe": map[string]any{"min": 1, "max": 1}}},
+			deadlineBucket("dl", dl), deadlineBucket("free", nil))
+	}
+	k := startKVD(t, cfg(dl), "--metrics-listen", metrics)
+	x := login(t, k.Addr, "tenant", "tenant-pw", "dl")
+	x.hello(featXError)
+	plain := login(t, k.Addr, "tenant", "tenant-pw", "dl")
+	free := login(t, k.Addr, "tenant", "tenant-pw", "free")
+
+	for i := range 5 {
+		t0 := time.Now()
+		res := x.call(reqWith(mc.OpSet, uint32(i), mc.AppendSetExtras(nil, 0, 0), "k", "v"))
+		if res.Status != mc.StatusTemporaryFailure {
+			t.Fatalf("SET on dl: status 0x%02x %q, want 0x86", uint16(res.Status), res.Value)
+		}
+		if took := time.Since(t0); took > 500*time.Millisecond {
+			t.Errorf("the refusal took %v: it must be at once", took)
+		}
+		ctx := xerrorContext(t, res)
+		if !strings.HasPrefix(ctx, "deadline 10 ms cannot be met: write p90 20000 us needs 4.000000 of a ticket") {
+			t.Errorf("reason %q", ctx)
+		}
+		if n := retryAfterUS(t, res); n != 30000 {
+			t.Errorf("retry_after_us %d, want 30000 (excess 3 tickets of 1 × deadline 10 ms)", n)
+		}
+		if res := free.call(reqWith(mc.OpSet, uint32(i), mc.AppendSetExtras(nil, 0, 0), "k", "v")); res.Status != mc.StatusOK {
+			t.Fatalf("SET on free (no deadline): status 0x%02x %q", uint16(res.Status), res.Value)
+		}
+	}
+	res := plain.call(get("k"))
+	m := plainRetry.FindStringSubmatch(string(res.Value))
+	if res.Status != mc.StatusTemporaryFailure || res.Datatype != 0 || m == nil || m[1] != "30000" ||
+		!strings.HasPrefix(string(res.Value), "deadline 10 ms cannot be met: read p90 20000 us") {
+		t.Fatalf("plain GET on dl: status 0x%02x datatype %d %q, want 0x86 \"deadline 10 ms cannot be met: read … retry_after_us=30000\"",
+			uint16(res.Status), res.Datatype, res.Value)
+	}
+
+	admin := login(t, k.Addr, "admin", "admin-pw", "")
+	d := admin.deadlineStat("dl")
+	if d.DeadlineMS != 10 || d.DeadlinePercentile != 90 || d.Rejected != 6 || d.Expired != 0 || d.Missed != 0 ||
+		d.WritePXXUS != 20000 || d.ReadPXXUS != 20000 {
+		t.Errorf("STAT bucket_details dl: %+v, want deadline 10 ms p90, 6 rejected, pXX 20000 µs (expected, no sample)", d)
+	}
+	if f := admin.deadlineStat("free"); f != (deadlineDetail{}) {
+		t.Errorf("STAT bucket_details free (no deadline): %+v, want all zero", f)
+	}
+	if v, err := scrapeMetric(metrics, `kvd_bucket_deadline_rejected_total{bucket="dl"}`); err != nil || v != 6 {
+		t.Errorf("kvd_bucket_deadline_rejected_total{dl} = %v (%v), want 6", v, err)
+	}
+	if v, err := scrapeMetric(metrics, `kvd_bucket_deadline_window_seconds{bucket="dl",class="write"}`); err != nil || v != 0.02 {
+		t.Errorf("kvd_bucket_deadline_window_seconds{dl,write} = %v (%v), want 0.02", v, err)
+	}
+	if v, err := scrapeMetric(metrics, `kvd_bucket_deadline_rejected_total{bucket="free"}`); err != nil || v != 0 {
+		t.Errorf("kvd_bucket_deadline_rejected_total{free} = %v (%v), want 0", v, err)
+	}
+
+	// A reload that takes the deadline away applies to new commands.
+	if err := os.WriteFile(k.Config, []byte(cfg(nil)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		res := x.call(reqWith(mc.OpSet, 9, mc.AppendSetExtras(nil, 0, 0), "k", "v"))
+		if res.Status == mc.StatusOK {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("15 s after the config edit dl's SET is still 0x%02x %q", uint16(res.Status), res.Value)
+		}
+	}
+	if d := admin.deadlineStat("dl"); d.DeadlineMS != 0 {
+		t.Errorf("after the reload dl has deadline_ms %d", d.DeadlineMS)
+	}
+}
+
+// TestDeadlineBelowCapacity: one client sending 300 synced SETs one at a
+// time to a bucket with deadline_ms 200 (p90) is far below the capacity of
+// a write pool of 4: none is refused, none expires, and the window learns
+// the real execution time (a pXX other than the configured 50 ms guess).
+func TestDeadlineBelowCapacity(t *testing.T) {
+	dl := map[string]any{"deadline_ms": 200, "deadline_percentile": 90, "expected_execution_us": 50000}
+	k := startKVD(t, throttleConfig(t, map[string]any{"wal_sync": true,
+		"ingress": map[string]any{"probe": fixedPools}}, deadlineBucket("dl", dl)))
+	c := login(t, k.Addr, "tenant", "tenant-pw", "dl")
+	c.hello(featXError)
+	for i := range 300 {
+		if res := c.call(reqWith(mc.OpSet, uint32(i), mc.AppendSetExtras(nil, 0, 0), fmt.Sprint("k", i%10), "v")); res.Status != mc.StatusOK {
+			t.Fatalf("SET %d: status 0x%02x %q", i, uint16(res.Status), res.Value)
+		}
+	}
+	admin := login(t, k.Addr, "admin", "admin-pw", "")
+	d := admin.deadlineStat("dl")
+	t.Logf("after 300 SETs: %+v", d)
+	if d.Rejected != 0 || d.Expired != 0 || d.WritePXXUS == 50000 || d.WritePXXUS <= 0 {
+		t.Errorf("STAT bucket_details dl: %+v, want nothing refused and a learnt write pXX", d)
+	}
+}
+
+// TestDeadlineOverload: slow writers (synced one-byte APPENDs to 960 KiB
+// items) on the anonymous bucket, whose deadline_ms is 2 (p90), overload a
+// write pool of 4: writers are added until a probe SET is refused "cannot be
+// met". Every refusal of the writers, too, is a "cannot be met" or "deadline
+// passed" 0x86, and each "cannot be met" carries retry_after_us > 0.
+func TestDeadlineOverload(t *testing.T) {
+	metrics := freeAddr(t)
+	k := startKVD(t, throttleConfig(t, map[string]any{"wal_sync": true, "anonymous_bucket": "default",
+		"ingress": map[string]any{"probe": fixedPools}},
+		deadlineBucket("default", map[string]any{"deadline_ms": 2, "deadline_percentile": 90, "expected_execution_us": 1000})),
+		"--metrics-listen", metrics)
+	admin := login(t, k.Addr, "admin", "admin-pw", "default")
+	preloadBig(t, admin)
+	probe := dialRaw(t, k.Addr)
+	probe.hello(featXError)
+	w := newSlowWriters(t, k.Addr, 2)
+	res, took := probeUntil(t, probe, w, []int{8, 32, 64}, mc.StatusTemporaryFailure, func(i int) *mc.Request {
+		return reqWith(mc.OpSet, uint32(i), mc.AppendSetExtras(nil, 0, 0), "probe", "v")
+	})
+	reason := xerrorContext(t, res)
+	t.Logf("reason %q after %v", reason, took)
+	if !strings.HasPrefix(reason, "deadline 2 ms cannot be met: write p90 ") || retryAfterUS(t, res) <= 0 {
+		t.Errorf("probe refused with %q (retry_after_us %d), want \"deadline 2 ms cannot be met: write p90 …\" and retry_after_us > 0",
+			reason, retryAfterUS(t, res))
+	}
+	w.stop()
+	n := w.check(mc.StatusTemporaryFailure, "deadline")
+	w.mu.Lock()
+	for _, body := range w.reasons[mc.StatusTemporaryFailure] {
+		if strings.Contains(body, "cannot be met") {
+			if r := retryAfterUS(t, &mc.Response{Value: []byte(body)}); r <= 0 {
+				t.Errorf("refusal %q: retry_after_us %d", body, r)
+			}
+		}
+	}
+	w.mu.Unlock()
+	d := admin.deadlineStat("default")
+	t.Logf("writers refused %d times; %+v", n, d)
+	// A synced 960 KiB rewrite takes longer than 2 ms: some admitted ones
+	// complete late (num_deadline_missed).
+	if d.Rejected == 0 || d.WritePXXUS == 1000 || d.Missed == 0 {
+		t.Errorf("STAT bucket_details default: %+v, want refusals, late completions and a learnt write pXX", d)
+	}
+	for _, m := range []struct {
+		name string
+		stat int64
+	}{{"rejected", d.Rejected}, {"missed", d.Missed}, {"expired", d.Expired}} {
+		v, err := scrapeMetric(metrics, `kvd_bucket_deadline_`+m.name+`_total{bucket="default"}`)
+		if err != nil || int64(v) < m.stat {
+			t.Errorf("kvd_bucket_deadline_%s_total{default} = %v (%v), want ≥ STAT's %d", m.name, v, err, m.stat)
+		}
+	}
+	waitIngressIdle(t, admin)
+}
+
+// TestDeadlineExpiredInQueue: the anonymous bucket has deadline_ms 20 at p50
+// and max_concurrent 1, so its commands queue behind each other in a write
+// pool of 4 whose capacity the gate counts (the gate knows the pool, not the
+// bucket's own limit). Slow writers are added until a probe SET waits past
+// its deadline: it is answered 0x86 "deadline passed after N ms in the
+// queue" with N ≥ 20, not executed (its key stays absent), and STAT counts
+// num_deadline_expired.
+func TestDeadlineExpiredInQueue(t *testing.T) {
+	metrics := freeAddr(t)
+	k := startKVD(t, throttleConfig(t, map[string]any{"wal_sync": true, "anonymous_bucket": "default",
+		"ingress": map[string]any{"probe": fixedPools}},
+		deadlineBucket("default", map[string]any{"deadline_ms": 20, "deadline_percentile": 50,
+			"expected_execution_us": 1, "max_concurrent": 1})), "--metrics-listen", metrics)
+	admin := login(t, k.Addr, "admin", "admin-pw", "default")
+	preloadBig(t, admin)
+	probe := dialRaw(t, k.Addr)
+	probe.hello(featXError)
+	w := newSlowWriters(t, k.Addr, 2)
+	var key string
+	res, took := probeUntil(t, probe, w, []int{8, 32, 64}, mc.StatusTemporaryFailure, func(i int) *mc.Request {
+		key = "probe" + strconv.Itoa(i)
+		return reqWith(mc.OpSet, uint32(i), mc.AppendSetExtras(nil, 0, 0), key, "v")
+	})
+	reason := xerrorContext(t, res)
+	t.Logf("reason %q after %v", reason, took)
+	m := regexp.MustCompile(`^deadline passed after (\d+) ms in the queue$`).FindStringSubmatch(reason)
+	if m == nil {
+		t.Fatalf("probe refused with %q, want \"deadline passed after N ms in the queue\"", reason)
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 20 {
+		t.Errorf("waited %d ms: the deadline is 20 ms", n)
+	}
+	w.stop()
+	w.check(mc.StatusTemporaryFailure, "deadline")
+	if r := admin.call(get(key)); r.Status != mc.StatusKeyNotFound {
+		t.Errorf("GET %s after its expiry: status 0x%02x, want 0x01 (it must not have run)", key, uint16(r.Status))
+	}
+	d := admin.deadlineStat("default")
+	if d.Expired == 0 {
+		t.Errorf("STAT bucket_details default: %+v, want num_deadline_expired > 0", d)
+	}
+	if v, err := scrapeMetric(metrics, `kvd_bucket_deadline_expired_total{bucket="default"}`); err != nil || int64(v) < d.Expired {
+		t.Errorf("kvd_bucket_deadline_expired_total{default} = %v (%v), want ≥ %d", v, err, d.Expired)
+	}
+	waitIngressIdle(t, admin)
+}
