@@ -146,8 +146,7 @@ func (c *Controller) Acquire(pool Pool, b *Bucket, w Waiter, bytes int64, now ti
 	if bytes < 0 {
 		bytes = c.mem.clamp(b.readEst)
 	}
-	if !b.removed && !c.mem.tooLarge(bytes) && c.mem.head == nil && b.q[pool].n == 0 &&
-		c.roomLocked(pool, b) && c.mem.fits(bytes) {
+	if c.admissibleLocked(pool, b, bytes) {
 		return c.takeLocked(pool, b, bytes, kindAdmitted, now), Admitted, ""
 	}
 	if d, reason := c.refusalLocked(pool, b, w, bytes); d != Queued {
@@ -157,6 +156,36 @@ func (c *Controller) Acquire(pool Pool, b *Bucket, w Waiter, bytes int64, now ti
 	}
 	c.enqueueLocked(pool, b, w, bytes, now)
 	return Ticket{}, Queued, ""
+}
+
+// TryAcquire admits the command at once when Acquire would, and otherwise returns
+// false having changed nothing: no refusal is counted and nothing is queued. It is
+// the server's first, allocation-free attempt, made before it builds the Waiter that
+// Acquire may queue; the refusal, if any, is then counted once, by that Acquire.
+func (c *Controller) TryAcquire(pool Pool, b *Bucket, bytes int64, now time.Time) (Ticket, bool) {
+	if pool >= numPools {
+		return Ticket{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.noteNowLocked(now)
+	if b == nil {
+		b = &c.node
+	}
+	if bytes < 0 {
+		bytes = c.mem.clamp(b.readEst)
+	}
+	if !c.admissibleLocked(pool, b, bytes) {
+		return Ticket{}, false
+	}
+	return c.takeLocked(pool, b, bytes, kindAdmitted, now), true
+}
+
+// admissibleLocked reports whether a command of b charged bytes may take a ticket of
+// pool now, ahead of nobody.
+func (c *Controller) admissibleLocked(pool Pool, b *Bucket, bytes int64) bool {
+	return !b.removed && !c.mem.tooLarge(bytes) && c.mem.head == nil && b.q[pool].n == 0 &&
+		c.roomLocked(pool, b) && c.mem.fits(bytes)
 }
 
 // refusalLocked returns why a command of b may not wait in pool's queue, or Queued.
