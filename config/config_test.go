@@ -35,6 +35,21 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// max_inflight_bytes: left out is nil (the daemon's default, a quarter of
+// physical memory), an explicit 0 is "no limit" and stays expressible.
+func TestMaxInflightBytesAbsentVsZero(t *testing.T) {
+	f, err := Parse([]byte(`{"max_inflight_bytes": 0}`))
+	if err != nil || f.MaxInflightBytes == nil || *f.MaxInflightBytes != 0 {
+		t.Fatalf("Parse(0) = %v, %v; want a pointer to 0", f, err)
+	}
+	if f, err := Parse([]byte(`{}`)); err != nil || f.MaxInflightBytes != nil {
+		t.Fatalf("Parse({}) = %v, %v; want nil", f, err)
+	}
+	if _, err := Parse([]byte(`{"max_inflight_bytes": -1}`)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Parse(-1) = %v, want ErrInvalid", err)
+	}
+}
+
 func TestEveryField(t *testing.T) {
 	const in = `{
 	  "node_capacity": 1000, "default_throttle_reserved_units": 10, "default_throttle_hard_limit": 20,
