@@ -139,13 +139,7 @@ func (c *Controller) Acquire(pool Pool, b *Bucket, w Waiter, bytes int64, now ti
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.noteNowLocked(now)
-	if b == nil {
-		b = &c.node
-	}
-	if bytes < 0 {
-		bytes = c.mem.clamp(b.readEst)
-	}
+	b, bytes = c.chargeLocked(b, bytes, now)
 	if c.admissibleLocked(pool, b, bytes) {
 		return c.takeLocked(pool, b, bytes, kindAdmitted, now), Admitted, ""
 	}
@@ -168,6 +162,17 @@ func (c *Controller) TryAcquire(pool Pool, b *Bucket, bytes int64, now time.Time
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	b, bytes = c.chargeLocked(b, bytes, now)
+	if !c.admissibleLocked(pool, b, bytes) {
+		return Ticket{}, false
+	}
+	return c.takeLocked(pool, b, bytes, kindAdmitted, now), true
+}
+
+// chargeLocked notes now and returns the bucket a command is counted in (b, or the
+// node's for work of no bucket) and what it is charged against the memory budget
+// (bytes, or for a read, bytes < 0, the bucket's estimate).
+func (c *Controller) chargeLocked(b *Bucket, bytes int64, now time.Time) (*Bucket, int64) {
 	c.noteNowLocked(now)
 	if b == nil {
 		b = &c.node
@@ -175,10 +180,7 @@ func (c *Controller) TryAcquire(pool Pool, b *Bucket, bytes int64, now time.Time
 	if bytes < 0 {
 		bytes = c.mem.clamp(b.readEst)
 	}
-	if !c.admissibleLocked(pool, b, bytes) {
-		return Ticket{}, false
-	}
-	return c.takeLocked(pool, b, bytes, kindAdmitted, now), true
+	return b, bytes
 }
 
 // admissibleLocked reports whether a command of b charged bytes may take a ticket of

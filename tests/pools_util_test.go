@@ -185,6 +185,22 @@ func byStatus(rs []reply) map[mc.Status][]reply {
 	return out
 }
 
+// wantOnly fails unless every reply is stored (0x00) or refused with status
+// st and exactly reason.
+func wantOnly(t *testing.T, got map[mc.Status][]reply, st mc.Status, reason string) {
+	t.Helper()
+	for s, rs := range got {
+		if s != mc.StatusOK && s != st {
+			t.Errorf("%d replies with status 0x%02x (%q), want only 0x00 and 0x%02x", len(rs), uint16(s), rs[0].reason, uint16(st))
+		}
+	}
+	for _, r := range got[st] {
+		if r.reason != reason {
+			t.Fatalf("0x%02x reason %q, want %q", uint16(st), r.reason, reason)
+		}
+	}
+}
+
 // percentile is the q-quantile (0..1) of the replies' latencies.
 func percentile(rs []reply, q float64) time.Duration {
 	if len(rs) == 0 {
