@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -225,8 +226,34 @@ func (c *Catalog) setBucketLocked(b *Bucket, set tenant.Settings, who string) er
 	c.throttle.SetLimits(b.thr, set.Reserved, set.HardLimit)
 	c.obs.SettingsChanged(b)
 	c.log.Info("bucket throttle changed", "by", who, "bucket", b.name,
-		"old", tenant.LimitsText(old.Reserved, old.HardLimit), "new", tenant.LimitsText(set.Reserved, set.HardLimit))
+		"old", tenant.LimitsText(old.Reserved, old.HardLimit), "new", tenant.LimitsText(set.Reserved, set.HardLimit),
+		"queue", section7Diff(old, &set))
 	return nil
+}
+
+// section7Diff describes the SPEC section 7 settings that differ between
+// old and set, "max_concurrent=0->2 queue_timeout_ms=0->5", or "unchanged".
+func section7Diff(old, set *tenant.Settings) string {
+	var parts []string
+	for _, f := range []struct {
+		name     string
+		old, new int64
+	}{
+		{"max_concurrent", int64(old.MaxConcurrent), int64(set.MaxConcurrent)},
+		{"max_queued", int64(old.MaxQueued), int64(set.MaxQueued)},
+		{"queue_timeout_ms", old.QueueTimeout.Milliseconds(), set.QueueTimeout.Milliseconds()},
+		{"deadline_ms", old.Deadline.Milliseconds(), set.Deadline.Milliseconds()},
+		{"deadline_percentile", int64(old.DeadlinePercentile), int64(set.DeadlinePercentile)},
+		{"expected_execution_us", old.ExpectedExecution.Microseconds(), set.ExpectedExecution.Microseconds()},
+	} {
+		if f.old != f.new {
+			parts = append(parts, fmt.Sprintf("%s=%d->%d", f.name, f.old, f.new))
+		}
+	}
+	if len(parts) == 0 {
+		return "unchanged"
+	}
+	return strings.Join(parts, " ")
 }
 
 // Node returns the node throttle settings in force.

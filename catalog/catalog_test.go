@@ -181,3 +181,16 @@ func TestParkedWakeOnceAndOnDelete(t *testing.T) {
 	}
 	_ = f.db.Close()
 }
+
+func TestSection7Diff(t *testing.T) {
+	old := tenant.Settings{MaxConcurrent: 4, MaxQueued: 2, QueueTimeout: 5 * time.Millisecond}
+	set := old
+	if got := section7Diff(&old, &set); got != "unchanged" {
+		t.Errorf("same settings: %q", got)
+	}
+	set.MaxConcurrent, set.QueueTimeout, set.ExpectedExecution = 1, 0, 500*time.Microsecond
+	set.Reserved = 7 // not a section-7 field
+	if got, want := section7Diff(&old, &set), "max_concurrent=4->1 queue_timeout_ms=5->0 expected_execution_us=0->500"; got != want {
+		t.Errorf("section7Diff = %q, want %q", got, want)
+	}
+}

@@ -64,7 +64,11 @@ type Ingress struct {
 	Tickets        int64 `json:"tickets"`          // node-wide cap on in-flight commands, ingress.DefaultNodeTickets
 	MaxQueueDepth  int   `json:"max_queue_depth"`  // ingress.DefaultMaxQueueDepth; 0 = reject when no ticket is free
 	QueueTimeoutMS int   `json:"queue_timeout_ms"` // ingress.DefaultQueueTimeout
-	Probe          Probe `json:"probe"`
+	// FairDequeue: a freed ticket goes to the waiting bucket that used the
+	// least of the pool recently (true, the default); false = one FIFO per
+	// pool across buckets (ingress.Options.FIFO), for contrast measurements.
+	FairDequeue bool  `json:"fair_dequeue"`
+	Probe       Probe `json:"probe"`
 }
 
 // Bucket is one bucket created at start-up. Reserved and HardLimit are nil
@@ -102,19 +106,19 @@ type User struct {
 // the file leaves them out, and the server applies its defaults (config
 // cannot import package server). Validate states the rules.
 type File struct {
-	NodeCapacity                 int64 `json:"node_capacity"`                        // units/s, tenant.DefaultCapacity
-	DefaultThrottleReservedUnits Limit `json:"default_throttle_reserved_units"`      // tenant.DefaultReserved
-	DefaultThrottleHardLimit     Limit `json:"default_throttle_hard_limit"`          // tenant.DefaultHardLimit
-	ReadUnitSize                 int   `json:"read_unit_size"`                       // bytes per RU, tenant.DefaultReadUnitSize
-	WriteUnitSize                int   `json:"write_unit_size"`                      // bytes per WU, tenant.DefaultWriteUnitSize
-	MaxConnectionsPerBucket      *int  `json:"max_connections_per_bucket,omitempty"` // nil: server.DefaultMaxConnectionsPerBucket
-	MaxConnections               *int  `json:"max_connections,omitempty"`            // nil: server.DefaultMaxConnections
-	MaxThrottleWaitMS            *int  `json:"max_throttle_wait_ms,omitempty"`       // nil: server.DefaultMaxThrottleWait
-	MaxItemSize                  *int  `json:"max_item_size,omitempty"`              // nil: server.DefaultMaxItemSize
-	MaxFrameSize                 *int  `json:"max_frame_size,omitempty"`             // nil: server.DefaultMaxFrameSize
-	IdleTimeoutMS                *int  `json:"idle_timeout_ms,omitempty"`            // nil: server.DefaultIdleTimeout
-	MaxInflightBytes             int64 `json:"max_inflight_bytes"`                   // 0 = no limit
-	WALSync                      *bool `json:"wal_sync,omitempty"`                   // nil: server.DefaultWALSync
+	NodeCapacity                 int64  `json:"node_capacity"`                        // units/s, tenant.DefaultCapacity
+	DefaultThrottleReservedUnits Limit  `json:"default_throttle_reserved_units"`      // tenant.DefaultReserved
+	DefaultThrottleHardLimit     Limit  `json:"default_throttle_hard_limit"`          // tenant.DefaultHardLimit
+	ReadUnitSize                 int    `json:"read_unit_size"`                       // bytes per RU, tenant.DefaultReadUnitSize
+	WriteUnitSize                int    `json:"write_unit_size"`                      // bytes per WU, tenant.DefaultWriteUnitSize
+	MaxConnectionsPerBucket      *int   `json:"max_connections_per_bucket,omitempty"` // nil: server.DefaultMaxConnectionsPerBucket
+	MaxConnections               *int   `json:"max_connections,omitempty"`            // nil: server.DefaultMaxConnections
+	MaxThrottleWaitMS            *int   `json:"max_throttle_wait_ms,omitempty"`       // nil: server.DefaultMaxThrottleWait
+	MaxItemSize                  *int   `json:"max_item_size,omitempty"`              // nil: server.DefaultMaxItemSize
+	MaxFrameSize                 *int   `json:"max_frame_size,omitempty"`             // nil: server.DefaultMaxFrameSize
+	IdleTimeoutMS                *int   `json:"idle_timeout_ms,omitempty"`            // nil: server.DefaultIdleTimeout
+	MaxInflightBytes             *int64 `json:"max_inflight_bytes,omitempty"`         // nil: a quarter of physical memory (the daemon reads it); 0 = no limit
+	WALSync                      *bool  `json:"wal_sync,omitempty"`                   // nil: server.DefaultWALSync
 
 	// AnonymousBucket, if set, is the bucket unauthenticated connections
 	// start selected on; "" means no anonymous access.
@@ -137,6 +141,7 @@ func Default() *File {
 			Tickets:        ingress.DefaultNodeTickets,
 			MaxQueueDepth:  ingress.DefaultMaxQueueDepth,
 			QueueTimeoutMS: int(ingress.DefaultQueueTimeout / time.Millisecond),
+			FairDequeue:    true,
 			Probe: Probe{
 				IntervalMS:     int(probe.DefaultInterval / time.Millisecond),
 				Min:            probe.DefaultMin,

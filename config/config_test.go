@@ -22,8 +22,8 @@ func TestDefaults(t *testing.T) {
 		}
 		want := &File{
 			NodeCapacity: 25000, DefaultThrottleReservedUnits: 1666, DefaultThrottleHardLimit: Limit(Unlimited),
-			ReadUnitSize: 4096, WriteUnitSize: 1024, MaxInflightBytes: 0, // the server's fields nil: its defaults
-			Ingress: Ingress{Tickets: 1000000, MaxQueueDepth: 100000, QueueTimeoutMS: 10000,
+			ReadUnitSize: 4096, WriteUnitSize: 1024, // the server's fields nil: its defaults
+			Ingress: Ingress{Tickets: 1000000, MaxQueueDepth: 100000, QueueTimeoutMS: 10000, FairDequeue: true,
 				Probe: Probe{IntervalMS: 100, Min: 4, Max: 128, Initial: 0, ReadWriteRatio: 0.5, EMAWeight: 0.2, Step: 0.1}},
 		}
 		if !reflect.DeepEqual(f, want) {
@@ -35,13 +35,28 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// max_inflight_bytes: left out is nil (the daemon's default, a quarter of
+// physical memory), an explicit 0 is "no limit" and stays expressible.
+func TestMaxInflightBytesAbsentVsZero(t *testing.T) {
+	f, err := Parse([]byte(`{"max_inflight_bytes": 0}`))
+	if err != nil || f.MaxInflightBytes == nil || *f.MaxInflightBytes != 0 {
+		t.Fatalf("Parse(0) = %v, %v; want a pointer to 0", f, err)
+	}
+	if f, err := Parse([]byte(`{}`)); err != nil || f.MaxInflightBytes != nil {
+		t.Fatalf("Parse({}) = %v, %v; want nil", f, err)
+	}
+	if _, err := Parse([]byte(`{"max_inflight_bytes": -1}`)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Parse(-1) = %v, want ErrInvalid", err)
+	}
+}
+
 func TestEveryField(t *testing.T) {
 	const in = `{
 	  "node_capacity": 1000, "default_throttle_reserved_units": 10, "default_throttle_hard_limit": 20,
 	  "read_unit_size": 100, "write_unit_size": 50, "max_connections_per_bucket": 7, "max_connections": 70,
 	  "max_throttle_wait_ms": 900, "max_item_size": 2048, "max_frame_size": 4096, "idle_timeout_ms": 5000,
 	  "max_inflight_bytes": 1073741824, "wal_sync": false, "anonymous_bucket": "b1",
-	  "ingress": {"tickets": 64, "max_queue_depth": 0, "queue_timeout_ms": 250,
+	  "ingress": {"tickets": 64, "max_queue_depth": 0, "queue_timeout_ms": 250, "fair_dequeue": false,
 	    "probe": {"interval_ms": 50, "min": 2, "max": 16, "initial": 8,
 	      "read_write_ratio": 0.75, "ema_weight": 1, "step": 0.25}},
 	  "buckets": [
@@ -62,7 +77,7 @@ func TestEveryField(t *testing.T) {
 		NodeCapacity: 1000, DefaultThrottleReservedUnits: 10, DefaultThrottleHardLimit: 20,
 		ReadUnitSize: 100, WriteUnitSize: 50, MaxConnectionsPerBucket: ptr(7), MaxConnections: ptr(70),
 		MaxThrottleWaitMS: ptr(900), MaxItemSize: ptr(2048), MaxFrameSize: ptr(4096), IdleTimeoutMS: ptr(5000),
-		MaxInflightBytes: 1 << 30, WALSync: ptr(false), AnonymousBucket: "b1",
+		MaxInflightBytes: ptr(int64(1 << 30)), WALSync: ptr(false), AnonymousBucket: "b1",
 		Ingress: Ingress{Tickets: 64, MaxQueueDepth: 0, QueueTimeoutMS: 250,
 			Probe: Probe{IntervalMS: 50, Min: 2, Max: 16, Initial: 8, ReadWriteRatio: 0.75, EMAWeight: 1, Step: 0.25}},
 		Buckets: []Bucket{
@@ -256,7 +271,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.MaxInflightBytes = 1 << 20
+	f.MaxInflightBytes = ptr(int64(1 << 20))
 	f.Buckets = append(f.Buckets, Bucket{Name: "q", Reserved: limit(Unlimited), MaxQueued: 4, DeadlinePercentile: 60})
 	data, err := json.Marshal(f)
 	if err != nil {

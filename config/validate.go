@@ -103,7 +103,9 @@ func (f *File) validateNode(p *problems) {
 	p.positiveIfSet("max_item_size", f.MaxItemSize)
 	p.positiveIfSet("max_frame_size", f.MaxFrameSize)
 	p.positiveIfSet("idle_timeout_ms", f.IdleTimeoutMS)
-	p.nonNegative("max_inflight_bytes", f.MaxInflightBytes)
+	if f.MaxInflightBytes != nil {
+		p.nonNegative("max_inflight_bytes", *f.MaxInflightBytes)
+	}
 	if f.MaxItemSize != nil && f.MaxFrameSize != nil {
 		if err := CheckFrameHeadroom(*f.MaxItemSize, *f.MaxFrameSize); err != nil {
 			p.add(err)

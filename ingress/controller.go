@@ -158,15 +158,8 @@ func (c *Controller) Acquire(pool Pool, b *Bucket, w Waiter, bytes int64, now ti
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.noteNowLocked(now)
-	if b == nil {
-		b = &c.node
-	}
-	if bytes < 0 {
-		bytes = c.mem.clamp(b.readEst)
-	}
-	if !b.removed && !c.mem.tooLarge(bytes) && c.mem.head == nil && b.q[pool].n == 0 &&
-		c.roomLocked(pool, b) && c.mem.fits(bytes) {
+	b, bytes = c.chargeLocked(b, bytes, now)
+	if c.admissibleLocked(pool, b, bytes) {
 		return c.takeLocked(pool, b, bytes, kindAdmitted, now), Admitted, ""
 	}
 	if d, reason := c.refusalLocked(pool, b, w, bytes); d != Queued {
@@ -176,6 +169,44 @@ func (c *Controller) Acquire(pool Pool, b *Bucket, w Waiter, bytes int64, now ti
 	}
 	c.enqueueLocked(pool, b, w, bytes, now)
 	return Ticket{}, Queued, ""
+}
+
+// TryAcquire admits the command at once when Acquire would, and otherwise returns
+// false having changed nothing: no refusal is counted and nothing is queued. It is
+// the server's first, allocation-free attempt, made before it builds the Waiter that
+// Acquire may queue; the refusal, if any, is then counted once, by that Acquire.
+func (c *Controller) TryAcquire(pool Pool, b *Bucket, bytes int64, now time.Time) (Ticket, bool) {
+	if pool >= numPools {
+		return Ticket{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, bytes = c.chargeLocked(b, bytes, now)
+	if !c.admissibleLocked(pool, b, bytes) {
+		return Ticket{}, false
+	}
+	return c.takeLocked(pool, b, bytes, kindAdmitted, now), true
+}
+
+// chargeLocked notes now and returns the bucket a command is counted in (b, or the
+// node's for work of no bucket) and what it is charged against the memory budget
+// (bytes, or for a read, bytes < 0, the bucket's estimate).
+func (c *Controller) chargeLocked(b *Bucket, bytes int64, now time.Time) (*Bucket, int64) {
+	c.noteNowLocked(now)
+	if b == nil {
+		b = &c.node
+	}
+	if bytes < 0 {
+		bytes = c.mem.clamp(b.readEst)
+	}
+	return b, bytes
+}
+
+// admissibleLocked reports whether a command of b charged bytes may take a ticket of
+// pool now, ahead of nobody.
+func (c *Controller) admissibleLocked(pool Pool, b *Bucket, bytes int64) bool {
+	return !b.removed && !c.mem.tooLarge(bytes) && c.mem.head == nil && b.q[pool].n == 0 &&
+		c.roomLocked(pool, b) && c.mem.fits(bytes)
 }
 
 // refusalLocked returns why a command of b may not wait in pool's queue, or Queued.

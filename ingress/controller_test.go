@@ -287,3 +287,30 @@ func TestExemptNeverWaits(t *testing.T) {
 	}
 	checkInvariants(t, s)
 }
+
+// TryAcquire admits as Acquire does, and a refusal changes and counts nothing.
+func TestTryAcquireCountsNothing(t *testing.T) {
+	c, ev := newTest(t, 1, 1, Options{})
+	b := c.AddBucket("b", BucketLimits{MaxConcurrent: 1, MaxQueued: 1})
+	tk, ok := c.TryAcquire(Write, b, 10, at(0))
+	if !ok {
+		t.Fatal("TryAcquire refused with a free ticket")
+	}
+	if _, d, _ := c.Acquire(Write, b, &recWaiter{name: "w", ev: ev}, 10, at(0)); d != Queued {
+		t.Fatalf("Acquire past max_concurrent: %v, want Queued", d)
+	}
+	if _, ok := c.TryAcquire(Write, b, 10, at(0)); ok {
+		t.Fatal("TryAcquire admitted past max_concurrent")
+	}
+	before := c.Stats()
+	if _, ok := c.TryAcquire(Write, b, 10, at(0)); ok { // max_queued full too
+		t.Fatal("TryAcquire admitted with the bucket's queue full")
+	}
+	if after := c.Stats(); after != before || b.Stats().NumQueueFull != 0 {
+		t.Fatalf("a refused TryAcquire changed the stats: %+v -> %+v (bucket %+v)", before, after, b.Stats())
+	}
+	c.Release(tk, at(1))
+	if got := ev.take(); got != "w:granted" {
+		t.Fatalf("after the release: %q", got)
+	}
+}

@@ -19,7 +19,7 @@
 // "queue full, limit=4, queued=4 in bucket b1" for the bucket's MaxQueued, "bucket b1
 // was deleted") or TooLarge (the value alone exceeds the memory budget: "value of N
 // bytes exceeds max_inflight_bytes=M"). A waiter that waited longer than its bucket's
-// QueueTimeout (else the node's) is Expired by the next Tick ("timed out after 5 ms in
+// QueueTimeout (else the node's) is Expired by the next Tick or Expire ("timed out after 5 ms in
 // bucket b1"; "… in the write queue" for work of no bucket); RemoveBucket Expires its
 // bucket's waiters with "bucket b1 was deleted". Exempt work (commands that are not data
 // commands, Unthrottled connections) takes a ticket from StartExempt: it never waits,
@@ -97,7 +97,8 @@
 // # Time and the prober
 //
 // Time is an argument: nothing here reads the clock. The server calls Tick every probe
-// interval (100 ms); Tick expires old waiters, ages the buckets' use, feeds the prober a
+// interval (100 ms), and Expire in between (every 10 ms, so that a short per-bucket
+// queue timeout is kept to about that); Tick expires old waiters, ages the buckets' use, feeds the prober a
 // probe.Sample (normal commands finished so far, each pool's peak use since the
 // previous Tick) and resizes the pools to the prober's answer, unless
 // Options.DisableProbe fixes them. Resize, which takes no time, stamps the tickets it

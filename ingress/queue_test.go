@@ -113,6 +113,27 @@ func TestTickExpiresOldWaiters(t *testing.T) {
 	}
 }
 
+// Expire answers overdue waiters between Ticks, and does nothing else (no aging,
+// no probe: the pools keep their sizes).
+func TestExpireBetweenTicks(t *testing.T) {
+	c, ev := newTest(t, 1, 1, Options{QueueTimeout: 10 * time.Millisecond})
+	mustAcquire(t, c, Write, nil, at(0), Admitted)
+	mustAcquire(t, c, Write, &recWaiter{name: "a", ev: ev}, at(0), Queued)
+	c.Expire(at(10 * time.Millisecond))
+	if got := ev.take(); got != "" {
+		t.Fatalf("Expire at the timeout: %q", got)
+	}
+	c.Expire(at(11 * time.Millisecond))
+	if got := ev.take(); got != "a:expired:timed out after 10 ms in the write queue" {
+		t.Fatalf("Expire past the timeout: %q", got)
+	}
+	s := c.Stats()
+	if s.Write.Expired != 1 || s.Write.QueueLength != 0 || s.Write.Total != 1 {
+		t.Fatalf("stats %+v", s.Write)
+	}
+	checkInvariants(t, s)
+}
+
 func TestNodeCapBinding(t *testing.T) {
 	c, ev := newTest(t, 4, 4, Options{NodeTickets: 3})
 	r1 := mustAcquire(t, c, Read, nil, at(0), Admitted)

@@ -47,6 +47,20 @@ func (c *Controller) Tick(now time.Time) {
 	c.deliver(&granted)
 }
 
+// Expire answers the waiters that have waited longer than their queue timeout, as
+// Tick's step 1 does, and nothing else: the server calls it between Ticks (every
+// 10 ms) so that a short per-bucket queue_timeout_ms is kept to about that
+// granularity rather than the probe interval's. Expired is called on the calling
+// goroutine after the lock is released.
+func (c *Controller) Expire(now time.Time) {
+	var expired chain
+	c.mu.Lock()
+	c.noteNowLocked(now)
+	c.expireLocked(now, &expired)
+	c.mu.Unlock()
+	c.deliver(&expired)
+}
+
 // expireLocked moves every waiter that has waited longer than its timeout from the
 // queues onto expired. A bucket's queues are in arrival order and share one timeout,
 // so each scan stops at the first waiter still in time (one that arrived with a

@@ -47,15 +47,15 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	}
 	if c.collect != nil {
 		// Never queue behind our own batch: run it first, then ask again.
-		t, d, _ := s.ingress.Acquire(pool, adm, nil, chargeOf(req), now)
-		if d != ingress.Admitted {
+		t, ok := s.ingress.TryAcquire(pool, adm, chargeOf(req), now)
+		if !ok {
 			c.dropGrant()
 			return admitWait
 		}
 		c.collectReq(req, t)
 		return admitRun
 	}
-	if t, d, _ := s.ingress.Acquire(pool, adm, nil, chargeOf(req), now); d == ingress.Admitted {
+	if t, ok := s.ingress.TryAcquire(pool, adm, chargeOf(req), now); ok {
 		c.runOrCollect(req, t, now)
 		return admitRun
 	}

@@ -256,25 +256,26 @@ func (c *conn) flush(req *mc.Request) {
 }
 
 // setBucketThrottle handles SetBucketThrottleProperties (0x2a): key = bucket,
-// value = {"reserved":…, "hard_limit":…}; a missing field means "unlimited".
+// value = {"reserved":…, "hard_limit":…} (a missing one means "unlimited")
+// and optionally SPEC section 7's max_concurrent, max_queued,
+// queue_timeout_ms, deadline_ms, deadline_percentile, expected_execution_us
+// (a missing one leaves the setting unchanged); see tenant.ParseBucketSettings.
 func (c *conn) setBucketThrottle(req *mc.Request) {
 	if !c.privileged(tenant.PrivBucketThrottleManagement) {
 		c.replyError(req, mc.StatusAccessDenied, "SetBucketThrottleProperties needs the BucketThrottleManagement privilege")
 		return
 	}
-	reserved, hard, err := tenant.ParseBucketThrottle(req.Value)
-	if err != nil {
-		c.replyError(req, mc.StatusInvalidArguments, err.Error())
-		return
-	}
 	b, ok := c.srv.cat.Get(string(req.Key))
 	if !ok {
+		if _, err := tenant.ParseBucketSettings(req.Value, tenant.Settings{}); err != nil {
+			c.replyError(req, mc.StatusInvalidArguments, err.Error())
+			return
+		}
 		c.replyError(req, mc.StatusKeyNotFound, "no such bucket: "+string(req.Key))
 		return
 	}
-	set := b.Settings()
-	set.Reserved, set.HardLimit = reserved, hard
-	if err := set.Validate(); err != nil {
+	set, err := tenant.ParseBucketSettings(req.Value, b.Settings())
+	if err != nil {
 		c.replyError(req, mc.StatusInvalidArguments, err.Error())
 		return
 	}

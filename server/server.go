@@ -267,6 +267,8 @@ func (s *Server) housekeeping() {
 		if now.Sub(lastProbe) >= probeEvery {
 			lastProbe = now
 			s.ingress.Tick(now)
+		} else {
+			s.ingress.Expire(now) // queue timeouts to within housekeepingPeriod
 		}
 		if now.Sub(lastSweep) >= sweepEvery {
 			lastSweep = now

@@ -21,7 +21,9 @@
 //     "unlimited"` ([Unlimited]) for JSON, with [ParseLimit] and
 //     [FormatLimit] for text; the config file, settings and kvctl use it.
 //   - The throttle commands' documents: [ParseBucketThrottle] reads a
-//     SetBucketThrottleProperties (0x2a) value and [ParseNodeThrottle] a
+//     SetBucketThrottleProperties (0x2a) value's limits,
+//     [ParseBucketSettings] the whole extended value (limits and the SPEC
+//     section 7 queue and deadline fields) over a bucket's settings, and [ParseNodeThrottle] a
 //     SetNodeThrottleProperties (0x2c) value into [NodeSettings], with
 //     gjson, at most [MaxThrottleDocLen] bytes; their errors match
 //     [ErrInvalidSettings] and their text is the reason for the client.

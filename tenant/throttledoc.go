@@ -2,7 +2,10 @@ package tenant
 
 import (
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/tidwall/gjson"
 )
@@ -18,6 +21,13 @@ const (
 	fieldCapacity         = "capacity"
 	fieldDefaultReserved  = "default_throttle_reserved_units"
 	fieldDefaultHardLimit = "default_throttle_hard_limit"
+
+	fieldMaxConcurrent      = "max_concurrent"
+	fieldMaxQueued          = "max_queued"
+	fieldQueueTimeoutMS     = "queue_timeout_ms"
+	fieldDeadlineMS         = "deadline_ms"
+	fieldDeadlinePercentile = "deadline_percentile"
+	fieldExpectedExecUS     = "expected_execution_us"
 )
 
 // NodeSettings are the node throttle settings 0x2c changes and the node
@@ -67,6 +77,87 @@ func ParseBucketThrottle(value []byte) (reserved, hard int64, err error) {
 		return 0, 0, err
 	}
 	return reserved, hard, nil
+}
+
+// ParseBucketSettings parses an extended SetBucketThrottleProperties (0x2a)
+// value over cur, the bucket's settings, and returns its new settings:
+//
+//	{"reserved":…, "hard_limit":…,                          (SPEC section 5)
+//	 "max_concurrent":N, "max_queued":N, "queue_timeout_ms":N, (SPEC section 7)
+//	 "deadline_ms":N, "deadline_percentile":N, "expected_execution_us":N}
+//
+// reserved and hard_limit keep ParseBucketThrottle's meaning: a missing one
+// is "unlimited" (so {} and an empty value lift both limits). A missing
+// section-7 field leaves that setting unchanged; a present one is a
+// non-negative integer, 0 meaning "no per-bucket limit" (for
+// queue_timeout_ms: the node's ingress.queue_timeout_ms; for
+// deadline_percentile: DefaultDeadlinePercentile). The result passes
+// Settings.Validate. Errors match ErrInvalidSettings and their text is the
+// reason for the client; on error it returns cur.
+func ParseBucketSettings(value []byte, cur Settings) (Settings, error) {
+	doc, err := throttleDoc(value, fieldReserved, fieldHardLimit, fieldMaxConcurrent, fieldMaxQueued,
+		fieldQueueTimeoutMS, fieldDeadlineMS, fieldDeadlinePercentile, fieldExpectedExecUS)
+	if err != nil {
+		return cur, err
+	}
+	next := cur
+	if next.Reserved, err = limitField(doc, fieldReserved); err != nil {
+		return cur, err
+	}
+	if next.HardLimit, err = limitField(doc, fieldHardLimit); err != nil {
+		return cur, err
+	}
+	if err := patchSection7(doc, &next); err != nil {
+		return cur, err
+	}
+	if err := next.Validate(); err != nil {
+		return cur, &docError{strings.TrimPrefix(err.Error(), ErrInvalidSettings.Error()+": ")}
+	}
+	return next, nil
+}
+
+// patchSection7 sets the section-7 fields present in doc on s.
+func patchSection7(doc gjson.Result, s *Settings) error {
+	for _, f := range []struct {
+		name string
+		n    *int
+	}{
+		{fieldMaxConcurrent, &s.MaxConcurrent},
+		{fieldMaxQueued, &s.MaxQueued},
+		{fieldDeadlinePercentile, &s.DeadlinePercentile},
+	} {
+		if v := doc.Get(f.name); v.Exists() {
+			n, err := countField(v, f.name)
+			if err != nil {
+				return err
+			}
+			if n > math.MaxInt32 {
+				return docErrorf("%s %d is too large", f.name, n)
+			}
+			*f.n = int(n)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		unit time.Duration
+		d    *time.Duration
+	}{
+		{fieldQueueTimeoutMS, time.Millisecond, &s.QueueTimeout},
+		{fieldDeadlineMS, time.Millisecond, &s.Deadline},
+		{fieldExpectedExecUS, time.Microsecond, &s.ExpectedExecution},
+	} {
+		if v := doc.Get(f.name); v.Exists() {
+			n, err := countField(v, f.name)
+			if err != nil {
+				return err
+			}
+			if n > math.MaxInt64/int64(f.unit) {
+				return docErrorf("%s %d is too large", f.name, n)
+			}
+			*f.d = time.Duration(n) * f.unit
+		}
+	}
+	return nil
 }
 
 // ParseNodeThrottle parses a SetNodeThrottleProperties (0x2c) value over

@@ -53,10 +53,13 @@ var commands = []*command{
 		bind:    bindNodeThrottle,
 	},
 	{
-		name:     "bucket-throttle",
-		synopsis: "NAME [--reserved N|unlimited] [--hard-limit N|unlimited]",
-		summary: "Set a bucket's throttle limits (SetBucketThrottleProperties 0x2a). A limit left out\n" +
-			"becomes unlimited; give at least one.",
+		name: "bucket-throttle",
+		synopsis: "NAME [--reserved N|unlimited] [--hard-limit N|unlimited] [--max-concurrent N] [--max-queued N]\n" +
+			"      [--queue-timeout-ms N] [--deadline-ms N] [--deadline-percentile N] [--expected-execution-us N]",
+		summary: "Set a bucket's throttle limits and queue/deadline settings (SetBucketThrottleProperties\n" +
+			"0x2a). Give at least one flag. A queue/deadline setting left out stays as it is. With\n" +
+			"--reserved or --hard-limit, a limit left out becomes unlimited; with neither, both stay\n" +
+			"(kvctl reads them with STAT bucket_details NAME and sends them back).",
 		example: "--addr 127.0.0.1:11211 --user admin bucket-throttle app --reserved 100 --hard-limit unlimited",
 		nargs:   [2]int{1, 1},
 		bind:    bindBucketThrottle,
@@ -141,40 +144,6 @@ func bindNodeThrottle(fs *flag.FlagSet) runFunc {
 		}
 		return &result{text: "node throttle: " + limitsText(body), json: okJSON(body)}, nil
 	}
-}
-
-func bindBucketThrottle(fs *flag.FlagSet) runFunc {
-	reserved, hard := &limit{}, &limit{}
-	fs.Var(reserved, "reserved", "units per second the bucket is guaranteed `N|unlimited`")
-	fs.Var(hard, "hard-limit", "units per second the bucket never exceeds `N|unlimited`")
-	return func(s *session, args []string) (*result, error) {
-		if !reserved.given && !hard.given {
-			return nil, usagef("nothing to set: give --reserved and/or --hard-limit (one left out becomes unlimited)")
-		}
-		var body object
-		if reserved.given {
-			body = append(body, member{"reserved", reserved})
-		}
-		if hard.given {
-			body = append(body, member{"hard_limit", hard})
-		}
-		if err := s.doJSON(binary.OpSetBucketThrottle, args[0], body); err != nil {
-			return nil, err
-		}
-		// What the bucket now has: a field left out is unlimited.
-		now := object{{"reserved", orUnlimited(reserved)}, {"hard_limit", orUnlimited(hard)}}
-		return &result{
-			text: "bucket " + args[0] + ": " + limitsText(now),
-			json: okJSON(append(object{{"bucket", args[0]}}, now...)),
-		}, nil
-	}
-}
-
-func orUnlimited(l *limit) *limit {
-	if l.given {
-		return l
-	}
-	return &limit{given: true, v: tenant.Limit(tenant.Unlimited)}
 }
 
 func bindCreateBucket(fs *flag.FlagSet) runFunc {

@@ -155,7 +155,7 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 			HardLimit: int64(cfg.DefaultThrottleHardLimit),
 		},
 	}
-	opts.Ingress.MaxInflightBytes = cfg.MaxInflightBytes
+	opts.Ingress.MaxInflightBytes = inflightBytes(cfg.MaxInflightBytes, defaultInflightBytes())
 	for _, b := range cfg.Buckets {
 		opts.Buckets = append(opts.Buckets, server.BucketSpec{Name: b.Name, Settings: bucketSettings(b, opts.DefaultSettings)})
 	}
@@ -189,6 +189,7 @@ func ingressOptions(in config.Ingress) server.IngressOptions {
 		NodeTickets:   in.Tickets,
 		MaxQueueDepth: in.MaxQueueDepth,
 		QueueTimeout:  time.Duration(in.QueueTimeoutMS) * time.Millisecond,
+		FIFO:          !in.FairDequeue,
 	}
 	if in.MaxQueueDepth == 0 {
 		o.MaxQueueDepth = server.NoQueue // the config's 0 means: no queue at all
