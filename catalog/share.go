@@ -119,7 +119,9 @@ func spreadEvenly(out []int64, rest int64) {
 }
 
 // nodeShare is node self's share of a bucket whose cluster totals are
-// reserved and hard, given every live node's demand (self included). An
+// reserved and hard, given every live node's demand (self included). The
+// floor applies to the hard limit only (a node with no hard share would
+// refuse everything). An
 // unlimited total stays unlimited; a reservation share never exceeds the
 // hard-limit share. It is a pure function.
 func nodeShare(reserved, hard int64, demands []int64, self int, floorPermille int64) (r, h int64) {
@@ -128,7 +130,10 @@ func nodeShare(reserved, hard int64, demands []int64, self int, floorPermille in
 		h = splitShares(hard, demands, floorPermille)[self]
 	}
 	if reserved != tenant.Unlimited {
-		r = splitShares(reserved, demands, floorPermille)[self]
+		// No floor: a node without a reserved share still serves the
+		// bucket from its free pool, and the node that carries the whole
+		// demand gets the whole reservation.
+		r = splitShares(reserved, demands, 0)[self]
 		if h != tenant.Unlimited {
 			r = min(r, h)
 		}

@@ -90,6 +90,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	describeIngress(ch)
+	describeCluster(ch)
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -116,6 +117,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descConnsTot, float64(s.totalConns.Load()))
 	c.collectPebble(ch)
 	s.collectIngress(ch)
+	s.collectCluster(ch)
 }
 
 func (c collector) collectPebble(ch chan<- prometheus.Metric) {
