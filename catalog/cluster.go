@@ -9,6 +9,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"kvd/tenant"
 )
@@ -160,6 +162,13 @@ func openCluster(now time.Time, opts ClusterOptions, a applier) (*Cluster, error
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: opts.Endpoints, DialTimeout: opts.DialTimeout,
 		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second,
+		// gRPC's reconnect backoff grows to 120 s by default: after a
+		// long outage the node would stay in fallback long after etcd
+		// returned. Retry at least every second instead.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		})},
 		Logger: quietZap(),
 	})
 	if err != nil {

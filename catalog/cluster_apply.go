@@ -241,6 +241,24 @@ type clusterTicker struct {
 
 type tickCounts struct{ units, refused int64 }
 
+// wantAll is the demand of a bucket that was refused units: as much as it
+// can get (far above any limit, far below overflow).
+const wantAll = int64(1) << 50
+
+// demandOf is a bucket's demand on this node from its last second: a
+// bucket that was refused units wants all it can get (refusals count a
+// parked connection once per tick, so usage plus refusals would
+// understate the wish of a throttled node, and a node once squeezed would
+// stay squeezed); any other wants what it used plus a quarter, room to
+// grow into before it is refused. Like the free-pool demand of package
+// tenant, but across nodes.
+func demandOf(usage, refused int64) int64 {
+	if refused > 0 {
+		return wantAll
+	}
+	return usage + usage/4
+}
+
 // TickCluster is the cluster's part of a throttle tick (a no-op on a
 // single node): it hands every bucket's cluster totals and its demand and
 // usage since the last call to Cluster.Tick, and sets each bucket's gauge
@@ -269,7 +287,7 @@ func (c *Catalog) TickCluster(now time.Time) {
 		set := b.Settings()
 		usage := now.units - prev.units
 		t.loads = append(t.loads, Load{Bucket: b.name, Reserved: set.Reserved, HardLimit: set.HardLimit,
-			Usage: usage, Demand: usage + now.refused - prev.refused})
+			Usage: usage, Demand: demandOf(usage, now.refused-prev.refused)})
 		t.bs = append(t.bs, b)
 	}
 	t.last = seen

@@ -57,8 +57,9 @@
 // Cluster-wide limits. A bucket's reserved and hard_limit are totals for
 // the cluster; node capacity stays per node. Each throttle tick the server
 // calls Catalog.TickCluster, which hands Cluster.Tick every bucket's local
-// demand (units its clients wanted in the last second, refused ones
-// included: tenant.BucketThrottle counts them) and usage; the Cluster
+// demand and usage of the last second (demand: all it can get when its
+// throttle refused units, tenant.BucketThrottle counts them; else its
+// usage plus a quarter); the Cluster
 // publishes them under the node's lease (members/<node>, usage/<node>),
 // and returns the node's Share of every bucket, computed from the demands
 // every live node published: a floor of 2% of the total split evenly (so

@@ -26,7 +26,7 @@ type Share struct {
 
 // Load is one bucket as the local node saw it during the last second: its
 // cluster-wide totals (the bucket's settings) and the node's own demand
-// (units its clients wanted, refused ones included) and usage (units it
+// (units it wants: see demandOf in cluster_apply.go) and usage (units it
 // charged).
 type Load struct {
 	Bucket    string
