@@ -108,6 +108,16 @@ func (tc *testCluster) testHardLimit(t *testing.T) {
 	time.Sleep(3 * time.Second) // the shares follow the demand
 	rate, each := ls.rate(10 * time.Second)
 	wantLimit(t, "1/4/16 connections on three nodes, 10 s", rate, each)
+	n1 := tc.nodes[0]
+	tc.wantMetric(t, n1, "kvd_cluster_nodes", 3, 3)
+	tc.wantMetric(t, n1, "kvd_cluster_etcd_up", 1, 1)
+	tc.wantMetric(t, n1, `kvd_bucket_share_units{bucket="hl",kind="hard_limit"}`, 900, 1100)
+	tc.wantMetric(t, n1, `kvd_bucket_share_units{bucket="res",kind="reserved"}`, 0, 1500)
+	for _, sh := range tc.admin(n1).clusterStat().Shares {
+		if sh.Bucket == "hl" && (sh.ClusterUsage < 2700 || sh.ClusterUsage > 3300) {
+			t.Errorf("STAT cluster on n1: hl's cluster usage %d units in the last second, want about 3000", sh.ClusterUsage)
+		}
+	}
 	ls[2].Stop()
 	time.Sleep(3 * time.Second)
 	rate, each = ls[:2].rate(10 * time.Second)
@@ -199,6 +209,7 @@ func (tc *testCluster) testEtcdOutage(t *testing.T) {
 		if st := c.clusterStat(); st.Etcd != "fallback" {
 			t.Errorf("%s after 30 s without etcd: link %q, want fallback", tc.nodes[i].name, st.Etcd)
 		}
+		tc.wantMetric(t, tc.nodes[i], "kvd_cluster_etcd_up", 0, 0)
 	}
 	if err := tc.etcd.Restart(); err != nil {
 		t.Fatal(err)
@@ -216,6 +227,7 @@ func (tc *testCluster) testEtcdOutage(t *testing.T) {
 		return up && sum > 2900 && sum <= 3000, seen
 	})
 	t.Logf("etcd back: every node up, hard shares summing to the limit, after %v", d)
+	tc.wantMetric(t, tc.nodes[0], "kvd_cluster_etcd_up", 1, 1)
 	rate, each = ls.rate(3 * time.Second)
 	t.Logf("after etcd's return, 3 s: %.0f GETs/s (by node %.0f)", rate, each)
 	ls.stop()

@@ -23,7 +23,8 @@ import (
 // clusterNode is one kvd of a test cluster.
 type clusterNode struct {
 	*kvd
-	name string
+	name    string
+	metrics string // its Prometheus address
 }
 
 // testCluster is etcd and the kvd nodes started with the same config.
@@ -38,20 +39,31 @@ func startCluster(t *testing.T, n int, configJSON string) *testCluster {
 	t.Helper()
 	tc := &testCluster{t: t, etcd: etcdtest.Start(t)}
 	for i := range n {
-		name := fmt.Sprintf("n%d", i+1)
-		k := startKVD(t, configJSON, tc.args(name)...)
-		tc.nodes = append(tc.nodes, &clusterNode{kvd: k, name: name})
+		n := &clusterNode{name: fmt.Sprintf("n%d", i+1), metrics: freeAddr(t)}
+		n.kvd = startKVD(t, configJSON, tc.args(n)...)
+		tc.nodes = append(tc.nodes, n)
 	}
 	return tc
 }
 
-// args are the cluster flags of node name.
-func (tc *testCluster) args(name string) []string {
-	return []string{"--cluster", strings.Join(tc.etcd.Endpoints(), ","), "--node-name", name}
+// args are the cluster and metrics flags of node n.
+func (tc *testCluster) args(n *clusterNode) []string {
+	return []string{"--cluster", strings.Join(tc.etcd.Endpoints(), ","), "--node-name", n.name,
+		"--metrics-listen", n.metrics}
 }
 
 // restart starts a killed node again on the same data dir.
-func (tc *testCluster) restart(n *clusterNode) { n.start(tc.args(n.name)...) }
+func (tc *testCluster) restart(n *clusterNode) { n.start(tc.args(n)...) }
+
+// wantMetric fails unless node n exports the sample series (name and
+// labels as /metrics prints them) with a value in [lo, hi].
+func (tc *testCluster) wantMetric(t *testing.T, n *clusterNode, series string, lo, hi float64) {
+	t.Helper()
+	v, err := scrapeMetric(n.metrics, series)
+	if err != nil || v < lo || v > hi {
+		t.Errorf("%s: %s = %v (%v), want %v..%v", n.name, series, v, err, lo, hi)
+	}
+}
 
 // admin logs in as the test config's admin on node n.
 func (tc *testCluster) admin(n *clusterNode) *rawConn {
