@@ -239,21 +239,30 @@ type clusterTicker struct {
 	bs    []*Bucket
 }
 
-type tickCounts struct{ units, refused int64 }
+type tickCounts struct {
+	units, refused int64
+	lastRefused    int // ticks since the bucket was last refused units
+}
+
+// refusedMemory is how many ticks a bucket refused units keeps wanting all
+// it can get: a node whose clients lag for a second does not give its
+// share away at once, which would swing the split from tick to tick (and
+// nodes tick up to a second apart, so a swinging split overshoots).
+const refusedMemory = 3
 
 // wantAll is the demand of a bucket that was refused units: as much as it
 // can get (far above any limit, far below overflow).
 const wantAll = int64(1) << 50
 
 // demandOf is a bucket's demand on this node from its last second: a
-// bucket that was refused units wants all it can get (refusals count a
-// parked connection once per tick, so usage plus refusals would
-// understate the wish of a throttled node, and a node once squeezed would
-// stay squeezed); any other wants what it used plus a quarter, room to
-// grow into before it is refused. Like the free-pool demand of package
-// tenant, but across nodes.
-func demandOf(usage, refused int64) int64 {
-	if refused > 0 {
+// bucket that was refused units in the last refusedMemory ticks wants all
+// it can get (refusals count a parked connection once per tick, so usage
+// plus refusals would understate the wish of a throttled node, and a node
+// once squeezed would stay squeezed); any other wants what it used plus a
+// quarter, room to grow into before it is refused. Like the free-pool
+// demand of package tenant, but across nodes.
+func demandOf(usage int64, refused bool) int64 {
+	if refused {
 		return wantAll
 	}
 	return usage + usage/4
@@ -278,16 +287,21 @@ func (c *Catalog) TickCluster(now time.Time) {
 	seen := make(map[*Bucket]tickCounts, len(t.last))
 	for _, b := range c.All() {
 		st := b.thr.Stats()
-		now := tickCounts{units: st.RU + st.WU, refused: st.Refused}
+		cur := tickCounts{units: st.RU + st.WU, refused: st.Refused}
 		prev, ok := t.last[b]
 		if !ok {
-			prev = now
+			prev = cur
+			prev.lastRefused = refusedMemory
 		}
-		seen[b] = now
+		cur.lastRefused = prev.lastRefused + 1
+		if cur.refused > prev.refused {
+			cur.lastRefused = 0
+		}
+		seen[b] = cur
 		set := b.Settings()
-		usage := now.units - prev.units
+		usage := cur.units - prev.units
 		t.loads = append(t.loads, Load{Bucket: b.name, Reserved: set.Reserved, HardLimit: set.HardLimit,
-			Usage: usage, Demand: demandOf(usage, now.refused-prev.refused)})
+			Usage: usage, Demand: demandOf(usage, cur.lastRefused < refusedMemory)})
 		t.bs = append(t.bs, b)
 	}
 	t.last = seen
