@@ -37,6 +37,10 @@ import (
 //     throttle;
 //  5. otherwise run.
 //
+// A refusal counts the pending units (BucketStats.Refused): with the
+// charged units, the bucket's demand on the node, which a cluster node
+// publishes.
+//
 // Charge, after a command succeeded, with its actual units: the bucket's
 // gauge, the node's gauge, and the part above the bucket's reservation to
 // the bucket's and the node's free-pool gauges. Unthrottled connections skip
