@@ -74,8 +74,15 @@ func (c *Cluster) Tick(now time.Time, loads []Load) []Share {
 	for i, l := range loads {
 		shares[i] = c.shareLocked(to, l, members, demands)
 	}
-	if to == LinkUp {
+	switch to {
+	case LinkUp:
 		c.knownNodes = len(members)
+	case LinkFallback:
+		// Shares held from before the outage are stale by now: on the
+		// way back (etcd answering again, but a report older than the
+		// grace still in flight) the node passes through holding, which
+		// must not revive them.
+		clear(c.lastShares)
 	}
 	c.status = ClusterStatus{Node: c.opts.NodeName, State: to, Members: members, Shares: shares,
 		Usage: clusterUsage(demands)}

@@ -89,7 +89,7 @@ func (tc *testCluster) testCatalog(t *testing.T) {
 // loadHL starts GETs of hl on node i over conns connections.
 func (tc *testCluster) loadHL(t *testing.T, i, conns int) *loader {
 	return startLoad(t, loadOptions{addr: tc.nodes[i].Addr, user: "tenant", password: "tenant-pw",
-		bucket: "hl", key: "k", conns: conns, depth: 8})
+		bucket: "hl", key: "k", conns: conns, depth: 4})
 }
 
 // measureLimit measures hl's GETs/s through ls over d and fails unless it
