@@ -88,8 +88,10 @@ func (tc *testCluster) testCatalog(t *testing.T) {
 
 // loadHL starts GETs of hl on node i over conns connections.
 func (tc *testCluster) loadHL(t *testing.T, i, conns int) *loader {
-	return startLoad(t, loadOptions{addr: tc.nodes[i].Addr, user: "tenant", password: "tenant-pw",
+	l := startLoad(t, loadOptions{addr: tc.nodes[i].Addr, user: "tenant", password: "tenant-pw",
 		bucket: "hl", key: "k", conns: conns, depth: 4})
+	l.phase = tc.phaseOf(tc.nodes[i])
+	return l
 }
 
 // measureLimit measures hl's GETs/s through ls over d and fails unless it
@@ -159,9 +161,11 @@ func (tc *testCluster) testReserved(t *testing.T) {
 	for i := range tc.nodes {
 		ls = append(ls, startLoad(t, loadOptions{addr: tc.nodes[i].Addr, user: "tenant", password: "tenant-pw",
 			bucket: "flood", key: "k", conns: 4, depth: 8}))
+		ls[i].phase = tc.phaseOf(tc.nodes[i])
 	}
 	res := startLoad(t, loadOptions{addr: tc.nodes[0].Addr, user: "tenant", password: "tenant-pw",
 		bucket: "res", key: "k", conns: 2, depth: 16, rate: 1500})
+	res.phase = ls[0].phase
 	admin := tc.admin(tc.nodes[0])
 	time.Sleep(3 * time.Second) // the reservation's share moves to n1
 	before := admin.bucketStat("res").NumThrottled

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -130,9 +131,10 @@ func within(t *testing.T, d time.Duration, what string, cond func() (bool, strin
 // loader drives GETs of one key at one node over some connections and
 // counts, at the client, the GETs answered with a hit.
 type loader struct {
-	ok   atomic.Int64
-	stop chan struct{}
-	wg   sync.WaitGroup
+	ok    atomic.Int64
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	phase time.Duration // where in the wall-clock second its node's throttle seconds start
 }
 
 // loadOptions say how a loader drives its node.
@@ -263,23 +265,44 @@ func (ls loads) total() int64 {
 	return sum
 }
 
-// rate measures the GETs per second the loaders got over d, in total and
-// by loader.
+// rate measures the GETs per second the loaders got over d (whole
+// seconds), in total and by loader. A node's throttle hands out each
+// second's units in a burst right after its tick, so a window that is not
+// aligned with the ticks may hold one burst more or less than it has
+// seconds (+20% over 5 s). Each loader is therefore measured from the
+// middle of one of its node's throttle seconds to the middle of another,
+// d later: exactly d seconds' budgets.
 func (ls loads) rate(d time.Duration) (float64, []float64) {
-	before := make([]int64, len(ls))
-	for i, l := range ls {
-		before[i] = l.ok.Load()
-	}
-	start := time.Now()
-	time.Sleep(d)
-	secs := time.Since(start).Seconds()
 	each := make([]float64, len(ls))
-	total := 0.0
+	var wg sync.WaitGroup
 	for i, l := range ls {
-		each[i] = float64(l.ok.Load()-before[i]) / secs
-		total += each[i]
+		wg.Go(func() {
+			now := time.Now()
+			into := time.Duration(now.UnixNano()) - l.phase
+			wait := (time.Second + time.Second/2 - into%time.Second) % time.Second
+			time.Sleep(wait)
+			start, before := time.Now(), l.ok.Load()
+			time.Sleep(time.Until(start.Add(d)))
+			each[i] = float64(l.ok.Load()-before) / d.Seconds()
+		})
+	}
+	wg.Wait()
+	total := 0.0
+	for _, r := range each {
+		total += r
 	}
 	return total, each
+}
+
+// phaseOf reads where in the wall-clock second node n's throttle seconds
+// start (STAT throttle tick_start_us).
+func (tc *testCluster) phaseOf(n *clusterNode) time.Duration {
+	tc.t.Helper()
+	us, err := strconv.ParseInt(tc.admin(n).statGroup("throttle")["tick_start_us"], 10, 64)
+	if err != nil {
+		tc.t.Fatalf("STAT throttle tick_start_us on %s: %v", n.name, err)
+	}
+	return time.Duration(us*1000) % time.Second
 }
 
 func (ls loads) stop() {
