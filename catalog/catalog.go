@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"kvd/engine"
 	"kvd/tenant"
@@ -16,6 +18,27 @@ import (
 
 // nodeMetaKey is where run-time node throttle settings persist.
 const nodeMetaKey = "node_throttle"
+
+// Errors of package catalog. Mutators also return engine's and tenant's
+// errors (engine.ErrBucketExists, engine.ErrBucketNotFound, invalid
+// settings) as they are; in a cluster, the etcd answers "exists" and "no
+// such bucket" are mapped to engine's errors, so callers see one set.
+var (
+	// ErrClusterBucketExists: a create found the bucket in etcd.
+	ErrClusterBucketExists = errors.New("catalog: bucket already exists in the cluster")
+	// ErrClusterNoBucket: etcd has no such bucket.
+	ErrClusterNoBucket = errors.New("catalog: no such bucket in the cluster")
+	// ErrClusterContended: the config file could not be applied because
+	// other nodes kept changing the file record.
+	ErrClusterContended = errors.New("catalog: config file contended in etcd")
+	// ErrClusterOptions: ClusterOptions.Validate failed.
+	ErrClusterOptions = errors.New("catalog: invalid cluster options")
+
+	// errCompacted ends a watch whose start revision etcd compacted away.
+	errCompacted = errors.New("catalog: watch revision compacted")
+	// errWatchClosed ends a watch etcd closed while the node still runs.
+	errWatchClosed = errors.New("catalog: etcd closed the watch")
+)
 
 // Options configure Open.
 type Options struct {
@@ -33,6 +56,13 @@ type Options struct {
 	// removed, so that state the catalog does not own (admission queues)
 	// follows the buckets.
 	Observer Observer
+	// Cluster, when set, makes the node a member of a cluster: the
+	// catalog follows etcd (see the package comment). Nil: a single node
+	// that needs no etcd.
+	Cluster *ClusterOptions
+	// Now is the caller's clock at Open; required in cluster mode, where
+	// the link to etcd counts as up from then.
+	Now time.Time
 }
 
 // Observer is told of bucket lifecycle events, in order, with the catalog's
@@ -44,14 +74,19 @@ type Observer interface {
 	SettingsChanged(b *Bucket)
 	// BucketRemoved runs after b was unregistered and marked deleted.
 	BucketRemoved(b *Bucket)
+	// UsersChanged runs when etcd's users document changed (cluster mode
+	// only): users replace the node's users. An invalid user makes it
+	// return an error; the catalog logs it and the old users stay.
+	UsersChanged(users []UserSpec) error
 }
 
 // nopObserver is the Observer of a catalog opened without one.
 type nopObserver struct{}
 
-func (nopObserver) BucketAdded(*Bucket)     {}
-func (nopObserver) SettingsChanged(*Bucket) {}
-func (nopObserver) BucketRemoved(*Bucket)   {}
+func (nopObserver) BucketAdded(*Bucket)           {}
+func (nopObserver) SettingsChanged(*Bucket)       {}
+func (nopObserver) BucketRemoved(*Bucket)         {}
+func (nopObserver) UsersChanged([]UserSpec) error { return nil }
 
 // Catalog is the node's set of buckets and its durable node settings.
 type Catalog struct {
@@ -64,7 +99,12 @@ type Catalog struct {
 	regMu sync.RWMutex
 	reg   map[string]*Bucket // guarded by regMu
 
-	mu sync.Mutex // serializes mutations (create, delete, settings, reload)
+	mu sync.Mutex // serializes mutations (create, delete, settings, reload, etcd's changes)
+
+	cl     atomic.Pointer[Cluster] // nil on a single node
+	member bool                    // guarded by mu: this node had joined its cluster before
+	toSeed []string                // guarded by mu: local buckets etcd lacked at the first join
+	ticker clusterTicker           // owned by TickCluster's goroutine
 }
 
 // Open loads the persisted node settings and every bucket the engine has.
@@ -92,7 +132,24 @@ func Open(o Options) (*Catalog, error) {
 		}
 		c.register(store, set)
 	}
+	if o.Cluster != nil {
+		if err := c.join(o.Now, *o.Cluster); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// Cluster is the node's link to its cluster; nil on a single node.
+func (c *Catalog) Cluster() *Cluster { return c.cl.Load() }
+
+// Close leaves the cluster (a single node has nothing to close). The
+// engine stays open: it is the caller's.
+func (c *Catalog) Close() error {
+	if cl := c.cl.Load(); cl != nil {
+		return cl.Close()
+	}
+	return nil
 }
 
 // Get returns the named bucket.
@@ -146,14 +203,27 @@ func (c *Catalog) Defaults() tenant.Settings { return *c.defaults.Load() }
 func (c *Catalog) Create(name string, set tenant.Settings, who string) (*Bucket, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if cl := c.cl.Load(); cl != nil {
+		if err := validNew(name, set); err != nil {
+			return nil, err
+		}
+		if err := cl.createBucket(context.Background(), name, set); err != nil {
+			return nil, engineErr(err)
+		}
+		return c.applyBucketLocked(name, set, who)
+	}
 	return c.createLocked(name, set, who)
 }
 
-func (c *Catalog) createLocked(name string, set tenant.Settings, who string) (*Bucket, error) {
+func validNew(name string, set tenant.Settings) error {
 	if err := tenant.ValidBucketName(name); err != nil {
-		return nil, err
+		return err
 	}
-	if err := set.Validate(); err != nil {
+	return set.Validate()
+}
+
+func (c *Catalog) createLocked(name string, set tenant.Settings, who string) (*Bucket, error) {
+	if err := validNew(name, set); err != nil {
 		return nil, err
 	}
 	raw, err := set.MarshalJSON()
@@ -172,7 +242,8 @@ func (c *Catalog) createLocked(name string, set tenant.Settings, who string) (*B
 func (c *Catalog) register(store *engine.Bucket, set tenant.Settings) *Bucket {
 	b := &Bucket{name: store.Name(), store: store}
 	b.settings.Store(&set)
-	b.thr = c.throttle.Add(b.name, set.Reserved, set.HardLimit)
+	r, h := c.localLimits(set)
+	b.thr = c.throttle.Add(b.name, r, h)
 	c.obs.BucketAdded(b)
 	c.regMu.Lock()
 	c.reg[b.name] = b
@@ -186,6 +257,16 @@ func (c *Catalog) register(store *engine.Bucket, set tenant.Settings) *Bucket {
 func (c *Catalog) Delete(name, who string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if cl := c.cl.Load(); cl != nil {
+		if err := cl.deleteBucket(context.Background(), name); err != nil {
+			return engineErr(err)
+		}
+		return c.removeLocked(name, who)
+	}
+	return c.deleteLocked(name, who)
+}
+
+func (c *Catalog) deleteLocked(name, who string) error {
 	c.regMu.Lock()
 	b, ok := c.reg[name]
 	delete(c.reg, name)
@@ -208,6 +289,18 @@ func (c *Catalog) Delete(name, who string) error {
 func (c *Catalog) SetBucketSettings(b *Bucket, set tenant.Settings, who string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if cl := c.cl.Load(); cl != nil {
+		if err := set.Validate(); err != nil {
+			return err
+		}
+		if err := cl.setBucketSettings(context.Background(), b.name, set); err != nil {
+			return engineErr(err)
+		}
+		if b.Deleted() {
+			_, err := c.applyBucketLocked(b.name, set, who) // deleted here, alive in etcd
+			return err
+		}
+	}
 	return c.setBucketLocked(b, set, who)
 }
 
@@ -223,7 +316,8 @@ func (c *Catalog) setBucketLocked(b *Bucket, set tenant.Settings, who string) er
 		return err
 	}
 	old := b.settings.Swap(&set)
-	c.throttle.SetLimits(b.thr, set.Reserved, set.HardLimit)
+	r, h := c.localLimits(set)
+	c.throttle.SetLimits(b.thr, r, h)
 	c.obs.SettingsChanged(b)
 	c.log.Info("bucket throttle changed", "by", who, "bucket", b.name,
 		"old", tenant.LimitsText(old.Reserved, old.HardLimit), "new", tenant.LimitsText(set.Reserved, set.HardLimit),
@@ -267,6 +361,11 @@ func (c *Catalog) Node() tenant.NodeSettings {
 func (c *Catalog) SetNode(n tenant.NodeSettings, who string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if cl := c.cl.Load(); cl != nil {
+		if err := cl.setNode(context.Background(), n); err != nil {
+			return err
+		}
+	}
 	return c.setNodeLocked(n, who)
 }
 

@@ -1,67 +1,7 @@
 package catalog
 
-// # Cluster mode (to merge into doc.go)
-//
-// With kvd --cluster ENDPOINTS --node-name NAME the catalog lives in etcd
-// (v3 API) under /kvd/<cluster>/ (layout: keyspace in etcd_store.go), and
-// every node follows it: a Cluster reads the whole prefix at open
-// (catch-up), then watches it from the revision it read, and hands every
-// bucket, node-defaults, capacity and users change to the catalog through
-// the applier interface. Writes (create, delete, settings, node, users) go
-// to etcd first; a create is a transaction that fails if the bucket exists.
-// A watch that fails because its revision was compacted reads everything
-// again (and the catalog's syncClusterBuckets drops what disappeared).
-//
-// The config file meets etcd item by item (reconcileFile): an item no file
-// ever applied is seeded if etcd lacks it; a value that differs from what
-// a file last applied, in a file newer than that one, overwrites etcd;
-// otherwise etcd's value (a run-time change, or an older node's seed)
-// stays. Every node may start with the same file; an old file on a
-// restarted node does not revert the cluster.
-//
-// Cluster-wide limits. A bucket's reserved and hard_limit are totals for
-// the cluster; node capacity stays per node. Each tick the server calls
-// Cluster.Tick with every bucket's local demand (units its clients wanted
-// in the last second, refused ones included) and usage; the Cluster
-// publishes them under the node's lease (members/<node>, usage/<node>),
-// and returns the node's Share of every bucket, computed from the demands
-// every live node published: a floor of 2% of the total split evenly (so
-// an idle node can start), the rest max-min fair by demand, what nobody
-// wants spread evenly. Every node runs the same pure function on the same
-// published data, so the shares sum to at most the total (up to one tick
-// of skew between nodes' views). A node whose lease expires drops out of
-// the demands and the survivors take its share within the TTL.
-//
-// Why this design. CockroachDB's distributed token bucket keeps one bucket
-// per tenant in a system table; each pod asks it for grants of tokens
-// (with a trickle rate when the bucket is in debt) and, when the server
-// cannot be reached, spends at a fallback rate. It is exact, but every
-// grant is a transaction on the shared store, and a consumer needs a round
-// trip before it can admit. Doorman hands out leases of capacity from a
-// master that runs FAIR_SHARE over every client's wants; a client keeps its
-// lease until it expires and then falls back to a safe rate. kvd takes
-// Doorman's allocation (max-min fair over wants, capacity bounded by the
-// total, leases that expire) but not its master: etcd is already the
-// shared topic (the statestore of seed 001), so every node computes the
-// same allocation itself from the published wants, and etcd's lease is the
-// Doorman lease. That costs one keep-alive and one small write per node
-// per second, needs no leader election, and never puts etcd on the path
-// of a command. From CockroachDB it takes the fallback rate: when etcd is
-// unreachable, the node keeps its last shares for one lease TTL (as long
-// as the others still count it), then enforces total ÷ last known node
-// count until etcd answers (states Up, Holding, Fallback; each transition
-// logged once). During a partition of one node, the cluster may exceed a
-// total by that node's static share.
-//
-// Users are one opaque document (key users) that the catalog parses.
-// Concurrency: a Cluster is safe for concurrent use; Tick is meant to be
-// called by one goroutine (the server's tick), never blocks on etcd, and
-// only hands the report to the publisher goroutine. The catalog's writes
-// block on etcd for at most RequestTimeout: call them off the loops.
-
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -69,21 +9,10 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"kvd/tenant"
-)
-
-// Errors of cluster mode (to merge into the package's error block).
-var (
-	// ErrClusterBucketExists: a create found the bucket in etcd.
-	ErrClusterBucketExists = errors.New("catalog: bucket already exists in the cluster")
-	// ErrClusterNoBucket: etcd has no such bucket.
-	ErrClusterNoBucket = errors.New("catalog: no such bucket in the cluster")
-	// ErrClusterContended: the config file could not be applied because
-	// other nodes kept changing the file record.
-	ErrClusterContended = errors.New("catalog: config file contended in etcd")
-	// ErrClusterOptions: ClusterOptions.Validate failed.
-	ErrClusterOptions = errors.New("catalog: invalid cluster options")
 )
 
 // Defaults of ClusterOptions.
@@ -202,6 +131,7 @@ type Cluster struct {
 	log   *slog.Logger
 
 	lastAnswer atomic.Int64 // UnixNano of the report etcd last acknowledged
+	applied    atomic.Int64 // the etcd revision the applier has caught up with
 	pub        chan report  // to the publisher, latest wins (capacity 1)
 
 	viewMu sync.Mutex
@@ -232,6 +162,13 @@ func openCluster(now time.Time, opts ClusterOptions, a applier) (*Cluster, error
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: opts.Endpoints, DialTimeout: opts.DialTimeout,
 		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second,
+		// gRPC's reconnect backoff grows to 120 s by default: after a
+		// long outage the node would stay in fallback long after etcd
+		// returned. Retry at least every second instead.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		})},
 		Logger: quietZap(),
 	})
 	if err != nil {

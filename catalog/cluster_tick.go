@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
@@ -58,7 +59,9 @@ type ClusterStatus struct {
 func (c *Cluster) Tick(now time.Time, loads []Load) []Share {
 	c.tickMu.Lock()
 	defer c.tickMu.Unlock()
-	if now.Sub(c.lastPub) >= c.opts.PublishPeriod {
+	// A tick a little early (the caller's timer jitters) still publishes:
+	// skipping it would halve the heartbeat rate.
+	if now.Sub(c.lastPub) >= c.opts.PublishPeriod*9/10 {
 		c.lastPub = now
 		c.enqueue(now, loads)
 	}
@@ -71,8 +74,15 @@ func (c *Cluster) Tick(now time.Time, loads []Load) []Share {
 	for i, l := range loads {
 		shares[i] = c.shareLocked(to, l, members, demands)
 	}
-	if to == LinkUp {
+	switch to {
+	case LinkUp:
 		c.knownNodes = len(members)
+	case LinkFallback:
+		// Shares held from before the outage are stale by now: on the
+		// way back (etcd answering again, but a report older than the
+		// grace still in flight) the node passes through holding, which
+		// must not revive them.
+		clear(c.lastShares)
 	}
 	c.status = ClusterStatus{Node: c.opts.NodeName, State: to, Members: members, Shares: shares,
 		Usage: clusterUsage(demands)}
@@ -224,3 +234,37 @@ func (c *Cluster) publish(ctx context.Context, r report) error {
 // quietZap is the etcd client's logger: kvd logs the link's transitions
 // itself, once each, instead of the client's retry chatter.
 func quietZap() *zap.Logger { return zap.NewNop() }
+
+// liveNodes is the number of live members this node sees, itself included.
+func (c *Cluster) liveNodes() int {
+	c.viewMu.Lock()
+	defer c.viewMu.Unlock()
+	n := len(c.view.members)
+	if _, ok := c.view.members[c.opts.NodeName]; !ok {
+		n++
+	}
+	return n
+}
+
+// waitApplied waits, for at most the request timeout, until the watch has
+// applied every change etcd holds under the cluster's prefix now.
+func (c *Cluster) waitApplied(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	resp, err := c.cli.Get(ctx, c.keys.root, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(1))
+	if err != nil {
+		return fmt.Errorf("catalog: read etcd's revision: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil
+	}
+	want := resp.Kvs[0].ModRevision
+	for c.applied.Load() < want {
+		if ctx.Err() != nil {
+			return fmt.Errorf("catalog: the watch did not reach revision %d: %w", want, ctx.Err())
+		}
+		sleep(ctx, 5*time.Millisecond)
+	}
+	return nil
+}

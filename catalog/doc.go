@@ -2,7 +2,9 @@
 // registry of buckets the server serves, loading them from the engine at
 // start, creating and deleting them, the persisted node throttle settings
 // (capacity and the defaults of new buckets), and the reconciliation of the
-// config file with run-time changes ("newer wins").
+// config file with run-time changes ("newer wins"). In a cluster it also
+// owns the link to etcd, where the catalog of every node lives, and each
+// bucket's share of the cluster-wide limits.
 //
 // A Bucket is one tenant as the rest of kvd sees it: its keyspace (an
 // engine.Bucket), its settings, its throttle gauge (a tenant.BucketThrottle),
@@ -17,19 +19,91 @@
 //     deleted, so that connections holding it see that on their next
 //     command) before it removes the data.
 //   - Every settings change is persisted before it applies, and is logged
-//     once, naming who made it.
+//     once, naming who made it. In a cluster "persisted" means written to
+//     etcd first, then to the local engine.
 //   - The config file wins only where it changed: ApplyFile compares the
 //     file with what was applied from it last time (persisted in the engine
-//     under "config_applied"), so an edit made while kvd was stopped wins
-//     over an older run-time change, and a run-time change wins over a file
-//     value that did not change since.
+//     under "config_applied", or in etcd under "file" in a cluster), so an
+//     edit made while kvd was stopped wins over an older run-time change,
+//     and a run-time change wins over a file value that did not change
+//     since.
+//
+// # Cluster mode
+//
+// With Options.Cluster set (kvd --cluster ENDPOINTS --node-name NAME) the
+// catalog lives in etcd (v3 API) under /kvd/<cluster>/ (layout: keyspace
+// in etcd_store.go), and every node follows it: a Cluster reads the whole
+// prefix at open (catch-up), then watches it from the revision it read,
+// and hands every bucket, node-defaults, capacity and users change to the
+// Catalog through the applier interface (cluster_apply.go). Run-time
+// changes (Create, Delete, SetBucketSettings, SetNode) go to etcd first (a
+// create is a transaction that fails if the bucket exists), then apply
+// locally at once; when the watch brings the same change back, applying
+// it again is a no-op. A watch that fails because its revision was
+// compacted reads everything again, and syncClusterBuckets drops what
+// disappeared. A node that joins for the first time keeps the buckets it
+// already has and seeds them into etcd; from then on (a marker in the
+// engine's metadata, "cluster_member") etcd wins, and a bucket deleted
+// while the node was away is deleted on it when it catches up. Users come
+// from etcd too: the Observer's UsersChanged hands them to the server.
+//
+// The config file meets etcd item by item (reconcileFile): an item no file
+// ever applied is seeded if etcd lacks it; a value that differs from what
+// a file last applied, in a file newer (mtime) than that one, overwrites
+// etcd; otherwise etcd's value (a run-time change, or an older node's
+// seed) stays. Every node may start with the same file; an old file on a
+// restarted node does not revert the cluster.
+//
+// Cluster-wide limits. A bucket's reserved and hard_limit are totals for
+// the cluster; node capacity stays per node. Each throttle tick the server
+// calls Catalog.TickCluster, which hands Cluster.Tick every bucket's local
+// demand and usage of the last second (demand: all it can get when its
+// throttle refused units, tenant.BucketThrottle counts them; else its
+// usage plus a quarter); the Cluster
+// publishes them under the node's lease (members/<node>, usage/<node>),
+// and returns the node's Share of every bucket, computed from the demands
+// every live node published: a floor of 2% of the total split evenly (so
+// an idle node can start), the rest max-min fair by demand, what nobody
+// wants spread evenly. TickCluster applies each share to the bucket's
+// throttle gauge. Every node runs the same pure function on the same
+// published data, so the shares sum to at most the total (up to one tick
+// of skew between nodes' views). A node whose lease expires drops out of
+// the demands and the survivors take its share within the TTL. Between two
+// ticks, a settings change (0x2a, a reload) applies the static share
+// (total ÷ live nodes, never more than the node's part) rather than the
+// cluster total, and the next tick replaces it with the demand-based
+// share: a change never lets one node admit the whole cluster's limit.
+//
+// Why this design. CockroachDB's distributed token bucket keeps one bucket
+// per tenant in a system table; each pod asks it for grants of tokens
+// (with a trickle rate when the bucket is in debt) and, when the server
+// cannot be reached, spends at a fallback rate. It is exact, but every
+// grant is a transaction on the shared store, and a consumer needs a round
+// trip before it can admit. Doorman hands out leases of capacity from a
+// master that runs FAIR_SHARE over every client's wants; a client keeps its
+// lease until it expires and then falls back to a safe rate. kvd takes
+// Doorman's allocation (max-min fair over wants, capacity bounded by the
+// total, leases that expire) but not its master: etcd is already the
+// shared topic (the statestore of seed 001), so every node computes the
+// same allocation itself from the published wants, and etcd's lease is the
+// Doorman lease. That costs one keep-alive and one small write per node
+// per second, needs no leader election, and never puts etcd on the path
+// of a command. From CockroachDB it takes the fallback rate: when etcd is
+// unreachable, the node keeps its last shares for one lease TTL (as long
+// as the others still count it), then enforces total ÷ last known node
+// count until etcd answers (states Up, Holding, Fallback; each transition
+// logged once). During a partition of one node, the cluster may exceed a
+// total by that node's static share.
 //
 // # Concurrency
 //
-// Catalog and Bucket are safe for concurrent use. Get, All, Names and the
-// Bucket accessors take at most a short read lock that is never held across
-// I/O, so event loops may call them. Create, Delete, SetBucketSettings,
-// SetNode and ApplyFile do engine I/O: call them off the loops. Mutations are
-// serialized by one mutex (Catalog.mu), so a reload and a run-time change
-// never interleave.
+// Catalog, Bucket and Cluster are safe for concurrent use. Get, All, Names
+// and the Bucket accessors take at most a short read lock that is never
+// held across I/O, so event loops may call them. Create, Delete,
+// SetBucketSettings, SetNode and ApplyFile do engine I/O (and, in a
+// cluster, wait for etcd for at most the request timeout): call them off
+// the loops. Mutations, the watch's applier calls included, are serialized
+// by one mutex (Catalog.mu), so a reload, a run-time change and a change
+// from etcd never interleave. TickCluster is meant for one goroutine (the
+// server's housekeeping) and never blocks on etcd.
 package catalog

@@ -42,15 +42,10 @@ func (k keyspace) member(node string) string   { return k.memberPrefix() + node 
 func (k keyspace) usagePrefix() string         { return k.root + "usage/" }
 func (k keyspace) usage(node string) string    { return k.usagePrefix() + node }
 
-// nodeSettings stands in for tenant.NodeSettings (capacity and the
-// defaults of new buckets, same fields and JSON tags), which another
-// branch adds to tenant; at merge this becomes
-// `type nodeSettings = tenant.NodeSettings`.
-type nodeSettings struct {
-	Capacity         int64 `json:"capacity"`
-	DefaultReserved  int64 `json:"default_throttle_reserved_units"`
-	DefaultHardLimit int64 `json:"default_throttle_hard_limit"`
-}
+// nodeSettings are capacity and the defaults of new buckets; in etcd the
+// key node holds the defaults (capacity 0) and capacity/<node> each node's
+// capacity.
+type nodeSettings = tenant.NodeSettings
 
 // ClusterFile is what the config file says about the cluster's catalog,
 // with the file's modification time: reconcileFile lets the newer of a

@@ -19,12 +19,6 @@ import (
 // from the revision read, and the translation of keys into applier calls
 // and into the view of members and their usage reports.
 
-// errCompacted ends a watch whose start revision etcd compacted away.
-var (
-	errCompacted   = errors.New("catalog: watch revision compacted")
-	errWatchClosed = errors.New("catalog: etcd closed the watch")
-)
-
 // watchRetry is the pause before a failed watch or read is tried again.
 const watchRetry = 500 * time.Millisecond
 
@@ -89,6 +83,7 @@ func (c *Cluster) catchUp(ctx context.Context) (int64, error) {
 		errs = append(errs, c.applyKey(key, kv.Value, false))
 	}
 	errs = append(errs, c.apply.syncClusterBuckets(buckets), c.applyNodeFrom(st.kvs))
+	c.applied.Store(st.rev)
 	return st.rev, errors.Join(errs...)
 }
 
@@ -234,6 +229,7 @@ func (c *Cluster) watchFrom(ctx context.Context, from int64) (int64, error) {
 			}
 		}
 		from = resp.Header.Revision + 1
+		c.applied.Store(resp.Header.Revision)
 	}
 	if ctx.Err() == nil {
 		return from, errWatchClosed

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"kvd/engine"
 	"kvd/tenant"
@@ -19,6 +20,13 @@ const appliedMetaKey = "config_applied"
 type File struct {
 	Node    tenant.NodeSettings
 	Buckets []Spec
+	// Users are the file's users: in a cluster they go to etcd (nil: the
+	// file names none); a single node ignores them (the server keeps its
+	// users itself).
+	Users []UserSpec
+	// ModTime is the file's modification time: in a cluster, the newer of
+	// a file edit and the cluster's state wins.
+	ModTime time.Time
 }
 
 // Spec is a bucket the config file names, with its settings.
@@ -50,8 +58,12 @@ func appliedOf(f *File) (applied, error) {
 // bucket settings, new buckets. Values the file did not change keep their
 // run-time settings; buckets missing from the file keep their data. who
 // names the change in the log. On error nothing after the failing step is
-// applied.
+// applied. In a cluster the file meets etcd instead (see the package
+// comment), and ApplyFile returns once this node has applied the result.
 func (c *Catalog) ApplyFile(f File, who string) error {
+	if cl := c.cl.Load(); cl != nil {
+		return c.applyFileToCluster(cl, f)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prev, havePrev, err := c.loadApplied()

@@ -26,7 +26,7 @@ type Share struct {
 
 // Load is one bucket as the local node saw it during the last second: its
 // cluster-wide totals (the bucket's settings) and the node's own demand
-// (units its clients wanted, refused ones included) and usage (units it
+// (units it wants: see demandOf in cluster_apply.go) and usage (units it
 // charged).
 type Load struct {
 	Bucket    string
@@ -119,7 +119,9 @@ func spreadEvenly(out []int64, rest int64) {
 }
 
 // nodeShare is node self's share of a bucket whose cluster totals are
-// reserved and hard, given every live node's demand (self included). An
+// reserved and hard, given every live node's demand (self included): the
+// hard limit by splitShares (with the floor: a node without a hard share
+// would refuse everything), the reservation by splitReserved. An
 // unlimited total stays unlimited; a reservation share never exceeds the
 // hard-limit share. It is a pure function.
 func nodeShare(reserved, hard int64, demands []int64, self int, floorPermille int64) (r, h int64) {
@@ -128,12 +130,41 @@ func nodeShare(reserved, hard int64, demands []int64, self int, floorPermille in
 		h = splitShares(hard, demands, floorPermille)[self]
 	}
 	if reserved != tenant.Unlimited {
-		r = splitShares(reserved, demands, floorPermille)[self]
+		r = splitReserved(reserved, demands)[self]
 		if h != tenant.Unlimited {
 			r = min(r, h)
 		}
 	}
 	return r, h
+}
+
+// splitReserved divides a reservation among nodes: max-min fairly by
+// demand like splitShares, but without a floor, and what the demands leave
+// goes evenly to the nodes that have demand (to all when none has). A node
+// without a reserved share still serves the bucket from its free pool, so
+// a reservation is worth something only where the bucket is used: the
+// node that carries the whole demand gets the whole reservation even in a
+// second its clients lagged. It is a pure function.
+func splitReserved(total int64, demands []int64) []int64 {
+	out := make([]int64, len(demands))
+	if len(demands) == 0 || total <= 0 {
+		return out
+	}
+	wants := make([]int64, len(demands))
+	var busy []int
+	for i, d := range demands {
+		wants[i] = max(0, d)
+		if d > 0 {
+			busy = append(busy, i)
+		}
+	}
+	rest := waterFill(out, wants, total)
+	if len(busy) == 0 {
+		spreadEvenly(out, rest)
+	} else if rest > 0 {
+		fillLevel(out, busy, rest)
+	}
+	return out
 }
 
 // staticShare is the fallback share without etcd: the total divided by

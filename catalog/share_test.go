@@ -113,9 +113,12 @@ func TestNodeShare(t *testing.T) {
 		wantR, wantH   int64
 	}{
 		{"unlimited stays unlimited", U, U, []int64{10, 10}, 0, U, U},
-		{"reserved split, hard unlimited", 1500, U, []int64{5000, 0, 0}, 0, 1480, U},
+		{"reserved split, hard unlimited", 1500, U, []int64{5000, 0, 0}, 0, 1500, U},
 		{"both split", 1000, 3000, []int64{100, 9000, 9000}, 1, 450, 1450},
-		{"reserved never above hard", 3000, 3000, []int64{0, 9000}, 0, 30, 30},
+		{"reserved never above hard", 3000, 3000, []int64{0, 9000}, 0, 0, 30},
+		{"reserved leftover to the busy node", 1500, U, []int64{1375, 0, 0}, 0, 1500, U},
+		{"reserved leftover among the busy", 1500, U, []int64{300, 600, 0}, 1, 900, U},
+		{"reserved idle cluster: even", 1500, U, []int64{0, 0, 0}, 2, 500, U},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, h := nodeShare(tc.reserved, tc.hard, tc.demands, tc.self, DefaultFloorPermille)

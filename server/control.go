@@ -306,7 +306,8 @@ func (c *conn) setNodeThrottle(req *mc.Request) {
 }
 
 // stats answers STAT: one reply per statistic, then an empty terminator.
-// Groups: "" (general), "bucket_details [name]", "throttle", "ingress". An
+// Groups: "" (general), "bucket_details [name]", "throttle", "ingress",
+// "cluster" (cluster mode). An
 // unknown group gets 0x01. The figures are gathered by the Server (stats.go);
 // this only encodes them.
 func (c *conn) stats(req *mc.Request) {
@@ -326,6 +327,11 @@ func (c *conn) stats(req *mc.Request) {
 		c.srv.throttleStats(emit)
 	case "ingress":
 		c.srv.ingressStats(emit)
+	case "cluster":
+		var doc []byte
+		if doc, st, reason = c.srv.clusterStats(c.canSee); st == mc.StatusOK {
+			c.statJSON(req, "cluster", doc)
+		}
 	default:
 		st, reason = mc.StatusKeyNotFound, "unknown stat group "+strconv.Quote(group)
 	}

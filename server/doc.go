@@ -36,8 +36,12 @@
 // run as a one-command batch on a worker, like data. stats.go gathers the
 // STAT groups, metrics.go the Prometheus figures; both are read at request
 // or scrape time from counters the data path keeps anyway. server.go wires
-// gnet, the housekeeping goroutine (throttle ticks, prober, idle sweep) and
-// shutdown; options.go and reload.go hold the options and their reload.
+// gnet, the housekeeping goroutine (throttle ticks, then in a cluster
+// catalog.TickCluster, which publishes the node's demand and applies its
+// shares; prober, idle sweep) and shutdown; options.go and reload.go hold
+// the options and their reload. cluster.go is the server's side of cluster
+// mode (Options.Cluster): users that arrive from etcd, STAT cluster and the
+// cluster's metrics; the catalog does the rest.
 //
 // A GET of a resident item: conn.go (serve, handle, precheck) → admit.go
 // (admit, checkThrottle, runOrCollect, serveResident) → reply.go

@@ -92,6 +92,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 	describeIngress(ch)
 	describeLatency(ch)
 	describeDeadline(ch)
+	describeCluster(ch)
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -120,6 +121,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	c.collectPebble(ch)
 	s.collectIngress(ch)
 	s.collectDeadline(ch)
+	s.collectCluster(ch)
 }
 
 func (c collector) collectPebble(ch chan<- prometheus.Metric) {

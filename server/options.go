@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"time"
 
+	"kvd/catalog"
 	"kvd/ingress"
 	"kvd/tenant"
 )
@@ -34,14 +35,13 @@ type IngressOptions = ingress.Options
 // NoQueue as Ingress.MaxQueueDepth rejects at once when no ticket is free.
 const NoQueue = ingress.NoQueue
 
-// UserSpec is a configured user, as the config file states it.
-type UserSpec struct {
-	Name         string
-	Password     string // plain, for development: logged as a warning
-	PasswordHash string // argon2id PHC or bcrypt
-	Buckets      []string
-	Privileges   []string
-}
+// UserSpec is a configured user, as the config file states it (and as a
+// cluster keeps it in etcd).
+type UserSpec = catalog.UserSpec
+
+// ClusterOptions make the node a member of a cluster coordinated through
+// etcd (see package catalog).
+type ClusterOptions = catalog.ClusterOptions
 
 // Options configures New. Zero values take the defaults documented on each
 // field (EnsureDefaults); Validate reports what cannot work.
@@ -96,6 +96,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Cluster, when set, joins a cluster through etcd: buckets, their
+	// settings, node defaults and users live there, and a bucket's limits
+	// are cluster-wide totals. Nil (the default): a single node.
+	Cluster *ClusterOptions
+	// ConfigModTime is the config file's modification time; in a cluster
+	// the newer of a file edit and the cluster's state wins.
+	ConfigModTime time.Time
 }
 
 // EnsureDefaults fills zero (or negative) fields with their defaults.

@@ -6,10 +6,12 @@ import (
 )
 
 // catalogFile is what the options say about the catalog: node throttle
-// settings and the configured buckets.
+// settings, the configured buckets, and (for a cluster) the users and the
+// file's modification time.
 func catalogFile(o *Options) catalog.File {
 	f := catalog.File{Node: tenant.NodeSettings{Capacity: o.NodeCapacity,
-		DefaultReserved: o.DefaultSettings.Reserved, DefaultHardLimit: o.DefaultSettings.HardLimit}}
+		DefaultReserved: o.DefaultSettings.Reserved, DefaultHardLimit: o.DefaultSettings.HardLimit},
+		Users: o.Users, ModTime: o.ConfigModTime}
 	for _, b := range o.Buckets {
 		f.Buckets = append(f.Buckets, catalog.Spec{Name: b.Name, Settings: b.Settings})
 	}
@@ -36,8 +38,10 @@ func (s *Server) Reconfigure(next Options) (needRestart []string, err error) {
 	if err := s.cat.ApplyFile(catalogFile(&next), "config"); err != nil {
 		return nil, err
 	}
-	if err := s.users.Replace(users); err != nil {
-		return nil, err
+	if s.cat.Cluster() == nil { // in a cluster, users arrive from etcd (UsersChanged)
+		if err := s.users.Replace(users); err != nil {
+			return nil, err
+		}
 	}
 	s.lim.Store(limitsOf(&next))
 	if err := s.reconfigureIngress(&next.Ingress); err != nil {

@@ -101,11 +101,16 @@ func (s *Server) open() (err error) {
 	s.lim.Store(limitsOf(&s.opts))
 	s.metrics = newMetrics(s)
 	s.cat, err = catalog.Open(catalog.Options{DB: s.db, Throttle: s.throttle,
-		Defaults: s.opts.DefaultSettings, Logger: s.log, Observer: bucketHooks{s}})
+		Defaults: s.opts.DefaultSettings, Logger: s.log, Observer: bucketHooks{s},
+		Cluster: s.opts.Cluster, Now: s.opts.Now()})
 	if err != nil {
 		return err
 	}
-	return s.cat.ApplyFile(catalogFile(&s.opts), "config")
+	if err := s.cat.ApplyFile(catalogFile(&s.opts), "config"); err != nil {
+		_ = s.cat.Close()
+		return err
+	}
+	return nil
 }
 
 // newUsers builds the user set, warning about plain-text passwords.
@@ -177,14 +182,24 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if cerr := s.cat.Close(); err == nil {
+		err = cerr
+	}
 	if cerr := s.db.Close(); err == nil {
 		err = cerr
 	}
 	return err
 }
 
-// Close releases the engine of a server that was never started.
-func (s *Server) Close() error { return s.db.Close() }
+// Close releases the engine (and leaves the cluster) of a server that was
+// never started.
+func (s *Server) Close() error {
+	cerr := s.cat.Close()
+	if err := s.db.Close(); err != nil {
+		return err
+	}
+	return cerr
+}
 
 // OnBoot records the engine handle.
 func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
@@ -245,7 +260,9 @@ func (s *Server) OnTraffic(gc gnet.Conn) gnet.Action {
 const housekeepingPeriod = 10 * time.Millisecond
 
 // housekeeping is the server's one background goroutine: it ends throttle
-// seconds (and wakes the parked connections), and closes connections that
+// seconds (and wakes the parked connections), in a cluster publishes the
+// node's demand and applies its shares (catalog.TickCluster, which never
+// waits for etcd) after each second, and closes connections that
 // have held an unfinished frame longer than the idle timeout. It only
 // touches atomics, short locks and concurrency-safe gnet calls; connection
 // state stays with the loops.
@@ -253,7 +270,7 @@ func (s *Server) housekeeping() {
 	defer close(s.houseDone)
 	t := time.NewTicker(housekeepingPeriod)
 	defer t.Stop()
-	lastSweep, lastProbe := s.opts.Now(), s.opts.Now()
+	lastSweep, lastProbe, lastTicks := s.opts.Now(), s.opts.Now(), int64(0)
 	sweepEvery := min(s.limits().IdleTimeout/4, time.Second)
 	probeEvery := s.opts.Ingress.Probe.Interval
 	for {
@@ -264,6 +281,10 @@ func (s *Server) housekeeping() {
 		}
 		now := s.opts.Now()
 		s.tick(now)
+		if ticks := s.throttle.Stats().Ticks; ticks != lastTicks {
+			lastTicks = ticks // a second ended (here or on a loop): the cluster's share
+			s.cat.TickCluster(now)
+		}
 		if now.Sub(lastProbe) >= probeEvery {
 			lastProbe = now
 			s.ingress.Tick(now)

@@ -37,6 +37,10 @@ import (
 //     throttle;
 //  5. otherwise run.
 //
+// A refusal counts the pending units (BucketStats.Refused): with the
+// charged units, the bucket's demand on the node, which a cluster node
+// publishes.
+//
 // Charge, after a command succeeded, with its actual units: the bucket's
 // gauge, the node's gauge, and the part above the bucket's reservation to
 // the bucket's and the node's free-pool gauges. Unthrottled connections skip
@@ -80,6 +84,7 @@ type BucketThrottle struct {
 	demand    int64 // guarded by Throttle.mu: units wanted this second, reservation included; Unlimited for all it can get
 
 	ru, wu, commands, throttled, rejected, waitUS atomic.Int64
+	refused                                       atomic.Int64 // pending units Check refused
 }
 
 // NewThrottle returns a throttle with the given node capacity (units per
@@ -157,16 +162,24 @@ func (t *Throttle) Check(b *BucketThrottle, pending int64) bool {
 		if !b.wantMore.Load() {
 			b.wantMore.Store(true)
 		}
-		return false
+		return b.refuse(pending)
 	}
 	if hl := b.hardLimit.Load(); hl >= 0 && !b.used.Below(hl, pending) {
-		return false
+		return b.refuse(pending)
 	}
 	if !b.freeUsed.Below(b.share.Load(), pending) && !t.spareUse.Below(t.spare.Load(), pending) {
 		b.wantMore.Store(true)
-		return false
+		return b.refuse(pending)
 	}
 	return true
+}
+
+// refuse counts pending units a Check refused (the demand the bucket
+// could not meet: a parked command is asked again, and counted again, at
+// each tick that wakes it) and returns false.
+func (b *BucketThrottle) refuse(pending int64) bool {
+	b.refused.Add(pending)
+	return false
 }
 
 // Charge records the actual units of a command that succeeded.
@@ -316,6 +329,9 @@ type BucketStats struct {
 	Name                                                   string
 	Clients, RU, WU, Commands, Throttled, Rejected, WaitUS int64
 	Reserved, HardLimit, EffectiveReserved, Share, Used    int64
+	// Refused is the pending units Check refused, in total: with the
+	// units charged (RU+WU), the bucket's demand on this node.
+	Refused int64
 }
 
 // Stats returns a snapshot of the bucket's figures.
@@ -325,6 +341,7 @@ func (b *BucketThrottle) Stats() BucketStats {
 		Commands: b.commands.Load(), Throttled: b.throttled.Load(), Rejected: b.rejected.Load(),
 		WaitUS: b.waitUS.Load(), Reserved: b.reserved.Load(), HardLimit: b.hardLimit.Load(),
 		EffectiveReserved: b.effective.Load(), Share: b.share.Load(), Used: b.used.Value(),
+		Refused: b.refused.Load(),
 	}
 }
 

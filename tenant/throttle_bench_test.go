@@ -39,6 +39,16 @@ func BenchmarkCheck(b *testing.B) {
 			}
 		})
 	}
+	b.Run("refused", func(b *testing.B) {
+		th := tenant.NewThrottle(1<<40, thrBase)
+		bt := th.Add("bench", 0, 0) // hard limit 0: every check refused
+		b.ReportAllocs()
+		for b.Loop() {
+			if th.Check(bt, 1) {
+				b.Fatal("admitted")
+			}
+		}
+	})
 	b.Run("freepool/parallel", func(b *testing.B) {
 		th, bt := benchThrottle("freepool")
 		b.ReportAllocs()
@@ -168,5 +178,23 @@ func TestThrottleConcurrentUse(t *testing.T) {
 	}
 	if ticks := th.Stats().Ticks; ticks != 10 {
 		t.Errorf("%d ticks over 10 simulated seconds", ticks)
+	}
+}
+
+// TestRefusedCountsDemand: the units Check refuses are counted (the
+// demand a cluster node publishes), those it admits are not.
+func TestRefusedCountsDemand(t *testing.T) {
+	th := tenant.NewThrottle(1000, thrBase)
+	bt := th.Add("b", 0, 5)
+	admitted := 0
+	for range 10 {
+		if th.Check(bt, 2) {
+			th.Charge(bt, 2, 0)
+			admitted++
+		}
+	}
+	st := bt.Stats()
+	if admitted != 2 || st.Refused != 16 || st.RU != 4 {
+		t.Fatalf("admitted %d (want 2), refused %d units (want 16), charged %d (want 4)", admitted, st.Refused, st.RU)
 	}
 }

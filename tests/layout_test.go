@@ -25,7 +25,7 @@ var allowedImports = map[string][]string{
 		"github.com/prometheus/client_golang", "github.com/prometheus/client_model",
 		"github.com/cockroachdb/pebble/v2"},
 	"kvd/catalog": {"kvd/engine", "kvd/tenant", "go.etcd.io/etcd/client/v3", "go.etcd.io/etcd/api/v3",
-		"go.uber.org/zap"},
+		"go.uber.org/zap", "google.golang.org/grpc"},
 	"kvd/catalog/etcdtest":  {},
 	"kvd/cmd/kvd":           {"kvd/config", "kvd/server", "github.com/prometheus/client_golang"},
 	"kvd/cmd/kvctl":         {"kvd/client", "kvd/protocol/binary", "kvd/tenant"},

@@ -42,6 +42,8 @@ func fakeKvd(t *testing.T) *clienttest.Server {
 			w.Stat("version", "kvd-0.1.0")
 		case "bucket_details app":
 			w.Stat("app", `{"name":"app","ru":3,"throttle_hard_limit":"unlimited"}`)
+		case "cluster":
+			w.Stat("cluster", clusterDocJSON)
 		default:
 			w.Error(binary.StatusKeyNotFound, "unknown stat group "+string(req.Key))
 			return
@@ -84,6 +86,10 @@ func TestCommandsSendAndRender(t *testing.T) {
 		{[]string{"stats"}, binary.OpStat, "", "", "pid 42\nversion kvd-0.1.0\n"},
 		{[]string{"stats", "bucket_details", "app"}, binary.OpStat, "bucket_details app", "",
 			`app {"name":"app","ru":3,"throttle_hard_limit":"unlimited"}` + "\n"},
+		{[]string{"cluster"}, binary.OpStat, "cluster", "", "node n1, etcd up, 1 live nodes\n" +
+			"  n1               127.0.0.1:11211        heartbeat 2026-01-01T00:00:00Z\n" +
+			"bucket               reserved   hard_limit total_reserved total_hard_limit cluster_usage\n" +
+			"app                       500    unlimited            500        unlimited            12\n"},
 	} {
 		s := fakeKvd(t)
 		stdout, stderr, code := kvctl(t, admin(s, tc.args...)...)
@@ -323,3 +329,8 @@ func TestParseArgs(t *testing.T) {
 		}
 	}
 }
+
+// clusterDocJSON is a STAT cluster document as kvd sends it.
+const clusterDocJSON = `{"node":"n1","etcd":"up","members":[{"name":"n1","address":"127.0.0.1:11211",` +
+	`"heartbeat":"2026-01-01T00:00:00Z"}],"shares":[{"bucket":"app","reserved":500,"hard_limit":"unlimited",` +
+	`"total_reserved":500,"total_hard_limit":"unlimited","cluster_usage":12}]}`

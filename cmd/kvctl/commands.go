@@ -98,6 +98,15 @@ var commands = []*command{
 		bind:    bindStats,
 	},
 	{
+		name:     "cluster",
+		synopsis: "",
+		summary: "Show the node's view of its cluster (STAT cluster): etcd's link, the live nodes\n" +
+			"with their last heartbeat, and per bucket this node's share of the cluster-wide\n" +
+			"reserved and hard limit and the cluster's usage in the last second.",
+		example: "--addr 127.0.0.1:11211 --user admin cluster",
+		bind:    bindCluster,
+	},
+	{
 		name:     "hash-password",
 		synopsis: "[PASSWORD]",
 		summary: "Print the argon2id hash of PASSWORD for a user's \"password_hash\" in the config\n" +
@@ -233,6 +242,23 @@ func bindStats(*flag.FlagSet) runFunc {
 			return nil, err
 		}
 		return statsResult(stats), nil
+	}
+}
+
+func bindCluster(*flag.FlagSet) runFunc {
+	return func(s *session, _ []string) (*result, error) {
+		c, err := s.conn()
+		if err != nil {
+			return nil, err
+		}
+		stats, err := c.Stats("cluster")
+		if err != nil {
+			return nil, err
+		}
+		if len(stats) != 1 || stats[0].Name != "cluster" {
+			return nil, fmt.Errorf("STAT cluster: unexpected answer %v", stats)
+		}
+		return clusterResult([]byte(stats[0].Value))
 	}
 }
 

@@ -70,3 +70,45 @@ func statValue(v string) any {
 	}
 	return v
 }
+
+// clusterDoc is the part of STAT cluster's document that kvctl cluster
+// prints as text.
+type clusterDoc struct {
+	Node    string `json:"node"`
+	Etcd    string `json:"etcd"`
+	Members []struct {
+		Name      string `json:"name"`
+		Address   string `json:"address"`
+		Heartbeat string `json:"heartbeat"`
+	} `json:"members"`
+	Shares []struct {
+		Bucket         string          `json:"bucket"`
+		Reserved       json.RawMessage `json:"reserved"`
+		HardLimit      json.RawMessage `json:"hard_limit"`
+		TotalReserved  json.RawMessage `json:"total_reserved"`
+		TotalHardLimit json.RawMessage `json:"total_hard_limit"`
+		ClusterUsage   int64           `json:"cluster_usage"`
+	} `json:"shares"`
+}
+
+// clusterResult renders STAT cluster: a few lines for people, the
+// document itself with --json.
+func clusterResult(doc []byte) (*result, error) {
+	var d clusterDoc
+	if err := json.Unmarshal(doc, &d); err != nil {
+		return nil, fmt.Errorf("STAT cluster: %w", err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "node %s, etcd %s, %d live nodes\n", d.Node, d.Etcd, len(d.Members))
+	for _, m := range d.Members {
+		fmt.Fprintf(&b, "  %-16s %-22s heartbeat %s\n", m.Name, m.Address, m.Heartbeat)
+	}
+	fmt.Fprintf(&b, "%-16s %12s %12s %14s %16s %13s", "bucket", "reserved", "hard_limit",
+		"total_reserved", "total_hard_limit", "cluster_usage")
+	limit := func(raw json.RawMessage) string { return strings.Trim(string(raw), `"`) }
+	for _, s := range d.Shares {
+		fmt.Fprintf(&b, "\n%-16s %12s %12s %14s %16s %13d", s.Bucket, limit(s.Reserved), limit(s.HardLimit),
+			limit(s.TotalReserved), limit(s.TotalHardLimit), s.ClusterUsage)
+	}
+	return &result{text: b.String(), json: json.RawMessage(doc)}, nil
+}

@@ -15,6 +15,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,6 +38,8 @@ func run() error {
 	cfgPath := flag.String("config", "", "config file (default "+defaultConfig+", else the embedded copy)")
 	metrics := flag.String("metrics-listen", "127.0.0.1:11280", "Prometheus address; empty disables")
 	level := flag.String("log-level", "info", "debug, info, warn or error")
+	clusterEndpoints := flag.String("cluster", "", "join a cluster through these etcd endpoints (comma-separated); empty: a single node")
+	nodeName := flag.String("node-name", "", "this node's name in the cluster (required with --cluster)")
 	flag.Parse()
 
 	log, err := newLogger(*level)
@@ -49,6 +52,12 @@ func run() error {
 	}
 	log.Info("config loaded", "source", source)
 	opts := serverOptions(cfg, *listen, *dataDir, log)
+	if opts.Cluster, err = clusterOptions(*clusterEndpoints, *nodeName, *listen, log); err != nil {
+		return err
+	}
+	if fi, err := os.Stat(source); err == nil {
+		opts.ConfigModTime = fi.ModTime()
+	}
 	srv, err := server.New(opts)
 	if err != nil {
 		return err
@@ -78,6 +87,22 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return srv.Shutdown(ctx)
+}
+
+// clusterOptions are the options of --cluster and --node-name; nil
+// without --cluster.
+func clusterOptions(endpoints, node, listen string, log *slog.Logger) (*server.ClusterOptions, error) {
+	if endpoints == "" {
+		if node != "" {
+			return nil, errors.New("--node-name needs --cluster")
+		}
+		return nil, nil
+	}
+	if node == "" {
+		return nil, errors.New("--cluster needs --node-name")
+	}
+	return &server.ClusterOptions{Endpoints: strings.Split(endpoints, ","), NodeName: node,
+		Address: listen, Logger: log}, nil
 }
 
 // loadConfig reads and checks the config (readConfig, then checkConfig).

@@ -64,7 +64,11 @@ func (w *watcher) check() {
 		w.log.Error("config edit rejected, running config kept", "file", w.path, "err", err)
 		return
 	}
-	needRestart, err := w.srv.Reconfigure(serverOptions(cfg, w.listen, w.dataDir, w.log))
+	opts := serverOptions(cfg, w.listen, w.dataDir, w.log)
+	if fi, err := os.Stat(w.path); err == nil {
+		opts.ConfigModTime = fi.ModTime()
+	}
+	needRestart, err := w.srv.Reconfigure(opts)
 	if err != nil {
 		w.log.Error("config edit rejected, running config kept", "file", w.path, "err", err)
 		return

@@ -1,0 +1,314 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"kvd/engine"
+	"kvd/tenant"
+)
+
+// This file is the Catalog's side of cluster mode: joining (catch-up, and
+// seeding etcd with the local buckets at the first join), the applier that
+// the watch calls with etcd's changes, the config file in a cluster, and
+// the limits a bucket's gauge enforces on this node.
+
+// memberMetaKey marks, in the engine's metadata, that this node has joined
+// the named cluster before: from then on etcd wins over the local buckets.
+const memberMetaKey = "cluster_member"
+
+// clusterWho names changes that came from etcd in the log.
+const clusterWho = "cluster"
+
+// UserSpec is one user as the config file states it, and as the users
+// document in etcd holds it (a JSON array of these).
+type UserSpec struct {
+	Name         string   `json:"name"`
+	Password     string   `json:"password,omitempty"` // plain, for development
+	PasswordHash string   `json:"password_hash,omitempty"`
+	Buckets      []string `json:"buckets,omitempty"`
+	Privileges   []string `json:"privileges,omitempty"`
+}
+
+// join opens the link to the cluster: catch-up (through the applier), then
+// the first join's seeding of etcd with the buckets only this node has,
+// then the limits of every bucket as this node's static share.
+func (c *Catalog) join(now time.Time, o ClusterOptions) error {
+	if now.IsZero() {
+		return fmt.Errorf("%w: Options.Now is required", ErrClusterOptions)
+	}
+	raw, err := c.db.Meta(memberMetaKey)
+	if err != nil && !errors.Is(err, engine.ErrNotFound) {
+		return err
+	}
+	o.EnsureDefaults()
+	c.mu.Lock()
+	c.member = err == nil && string(raw) == o.Cluster
+	c.mu.Unlock()
+	cl, err := openCluster(now, o, c)
+	if err != nil {
+		return err
+	}
+	c.cl.Store(cl)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, name := range c.toSeed {
+		if b, ok := c.Get(name); ok {
+			if err := cl.createBucket(context.Background(), name, b.Settings()); err != nil &&
+				!errors.Is(err, ErrClusterBucketExists) {
+				_ = cl.Close()
+				return err
+			}
+			c.log.Info("bucket seeded into the cluster", "bucket", name)
+		}
+	}
+	c.toSeed = nil
+	if err := c.db.PutMeta(memberMetaKey, []byte(o.Cluster)); err != nil {
+		_ = cl.Close()
+		return err
+	}
+	c.member = true
+	c.reapplyLimitsLocked()
+	return nil
+}
+
+// engineErr maps etcd's answers to the engine's errors, which the server
+// already turns into statuses.
+func engineErr(err error) error {
+	switch {
+	case errors.Is(err, ErrClusterBucketExists):
+		return fmt.Errorf("%w: %w", engine.ErrBucketExists, err)
+	case errors.Is(err, ErrClusterNoBucket):
+		return fmt.Errorf("%w: %w", engine.ErrBucketNotFound, err)
+	}
+	return err
+}
+
+// applyBucketLocked makes the local bucket name exist with set: created,
+// changed, or left as it is when it already has set (a change this node
+// made, coming back through the watch).
+func (c *Catalog) applyBucketLocked(name string, set tenant.Settings, who string) (*Bucket, error) {
+	b, ok := c.Get(name)
+	if !ok {
+		return c.createLocked(name, set, who)
+	}
+	if reflect.DeepEqual(b.Settings(), set) {
+		return b, nil
+	}
+	return b, c.setBucketLocked(b, set, who)
+}
+
+// removeLocked deletes the local bucket; one already gone is no error.
+func (c *Catalog) removeLocked(name, who string) error {
+	if err := c.deleteLocked(name, who); err != nil && !errors.Is(err, engine.ErrBucketNotFound) {
+		return err
+	}
+	return nil
+}
+
+// applyClusterBucket implements applier.
+func (c *Catalog) applyClusterBucket(name string, set tenant.Settings) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := c.applyBucketLocked(name, set, clusterWho)
+	return err
+}
+
+// removeClusterBucket implements applier.
+func (c *Catalog) removeClusterBucket(name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.Get(name); !ok {
+		return nil
+	}
+	return c.removeLocked(name, clusterWho)
+}
+
+// syncClusterBuckets implements applier: every bucket etcd has exists
+// here with its settings; a local bucket etcd lacks is deleted if this
+// node was a member already (it was deleted while the node was away), and
+// kept to be seeded into etcd at the first join.
+func (c *Catalog) syncClusterBuckets(all map[string]tenant.Settings) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for name, set := range all {
+		if _, err := c.applyBucketLocked(name, set, clusterWho); err != nil {
+			errs = append(errs, fmt.Errorf("bucket %q: %w", name, err))
+		}
+	}
+	for _, b := range c.All() {
+		if _, ok := all[b.name]; ok {
+			continue
+		}
+		if c.member {
+			errs = append(errs, c.removeLocked(b.name, clusterWho))
+			continue
+		}
+		c.toSeed = append(c.toSeed, b.name)
+	}
+	return errors.Join(errs...)
+}
+
+// applyClusterNode implements applier: the defaults of new buckets, and
+// this node's capacity when etcd holds one for it.
+func (c *Catalog) applyClusterNode(n nodeSettings, haveCapacity bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !haveCapacity {
+		n.Capacity = c.throttle.Capacity()
+	}
+	if n == c.Node() {
+		return nil
+	}
+	return c.setNodeLocked(n, clusterWho)
+}
+
+// applyClusterUsers implements applier: the users document replaces the
+// node's users (through the Observer).
+func (c *Catalog) applyClusterUsers(doc []byte) error {
+	var users []UserSpec
+	if err := json.Unmarshal(doc, &users); err != nil {
+		return fmt.Errorf("catalog: users document in etcd: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.obs.UsersChanged(users); err != nil {
+		return fmt.Errorf("catalog: users from etcd: %w", err)
+	}
+	c.log.Info("users changed", "by", clusterWho, "users", len(users))
+	return nil
+}
+
+// applyFileToCluster is ApplyFile in a cluster: the file meets etcd
+// (reconcileFile), then the call waits until the watch has applied what
+// etcd holds, so that the buckets the file seeded exist here on return.
+func (c *Catalog) applyFileToCluster(cl *Cluster, f File) error {
+	cf := ClusterFile{Node: f.Node, Buckets: make(map[string]tenant.Settings, len(f.Buckets)), ModTime: f.ModTime}
+	for _, b := range f.Buckets {
+		cf.Buckets[b.Name] = b.Settings
+	}
+	if f.Users != nil {
+		raw, err := json.Marshal(f.Users)
+		if err != nil {
+			return err
+		}
+		cf.Users = raw
+	}
+	if err := cl.ReconcileFile(cf); err != nil {
+		return err
+	}
+	return cl.waitApplied(context.Background())
+}
+
+// localLimits are the reserved and hard limit this node's gauge enforces
+// for a bucket with settings set: the settings themselves on a single
+// node; in a cluster, until TickCluster computes the demand-based share,
+// the static share (total ÷ live nodes), so that no change ever lets one
+// node admit the whole cluster's limit.
+func (c *Catalog) localLimits(set tenant.Settings) (reserved, hard int64) {
+	cl := c.cl.Load()
+	if cl == nil {
+		return set.Reserved, set.HardLimit
+	}
+	n := cl.liveNodes()
+	reserved, hard = staticShare(set.Reserved, n), staticShare(set.HardLimit, n)
+	if hard != tenant.Unlimited && reserved != tenant.Unlimited {
+		reserved = min(reserved, hard)
+	}
+	return reserved, hard
+}
+
+// reapplyLimitsLocked sets every bucket's gauge to localLimits.
+func (c *Catalog) reapplyLimitsLocked() {
+	for _, b := range c.All() {
+		r, h := c.localLimits(b.Settings())
+		c.throttle.SetLimits(b.thr, r, h)
+	}
+}
+
+// clusterTicker is TickCluster's memory between ticks: each bucket's
+// counters at the last tick, to turn them into last-second figures.
+type clusterTicker struct {
+	last  map[*Bucket]tickCounts
+	loads []Load
+	bs    []*Bucket
+}
+
+type tickCounts struct {
+	units, refused int64
+	lastRefused    int // ticks since the bucket was last refused units
+}
+
+// refusedMemory is how many ticks a bucket refused units keeps wanting all
+// it can get: a node whose clients lag for a second does not give its
+// share away at once, which would swing the split from tick to tick (and
+// nodes tick up to a second apart, so a swinging split overshoots).
+const refusedMemory = 3
+
+// wantAll is the demand of a bucket that was refused units: as much as it
+// can get (far above any limit, far below overflow).
+const wantAll = int64(1) << 50
+
+// demandOf is a bucket's demand on this node from its last second: a
+// bucket that was refused units in the last refusedMemory ticks wants all
+// it can get (refusals count a parked connection once per tick, so usage
+// plus refusals would understate the wish of a throttled node, and a node
+// once squeezed would stay squeezed); any other wants what it used plus a
+// quarter, room to grow into before it is refused. Like the free-pool
+// demand of package tenant, but across nodes.
+func demandOf(usage int64, refused bool) int64 {
+	if refused {
+		return wantAll
+	}
+	return usage + usage/4
+}
+
+// TickCluster is the cluster's part of a throttle tick (a no-op on a
+// single node): it hands every bucket's cluster totals and its demand and
+// usage since the last call to Cluster.Tick, and sets each bucket's gauge
+// to the share Tick returns. Call it from one goroutine, about once a
+// second (the server's housekeeping, after a throttle tick); it never
+// blocks on etcd.
+func (c *Catalog) TickCluster(now time.Time) {
+	cl := c.cl.Load()
+	if cl == nil {
+		return
+	}
+	t := &c.ticker
+	if t.last == nil {
+		t.last = map[*Bucket]tickCounts{}
+	}
+	t.loads, t.bs = t.loads[:0], t.bs[:0]
+	seen := make(map[*Bucket]tickCounts, len(t.last))
+	for _, b := range c.All() {
+		st := b.thr.Stats()
+		cur := tickCounts{units: st.RU + st.WU, refused: st.Refused}
+		prev, ok := t.last[b]
+		if !ok {
+			prev = cur
+			prev.lastRefused = refusedMemory
+		}
+		cur.lastRefused = prev.lastRefused + 1
+		if cur.refused > prev.refused {
+			cur.lastRefused = 0
+		}
+		seen[b] = cur
+		set := b.Settings()
+		usage := cur.units - prev.units
+		t.loads = append(t.loads, Load{Bucket: b.name, Reserved: set.Reserved, HardLimit: set.HardLimit,
+			Usage: usage, Demand: demandOf(usage, cur.lastRefused < refusedMemory)})
+		t.bs = append(t.bs, b)
+	}
+	t.last = seen
+	shares := cl.Tick(now, t.loads)
+	for i, s := range shares {
+		if b := t.bs[i]; !b.Deleted() {
+			c.throttle.SetLimits(b.thr, s.Reserved, s.HardLimit)
+		}
+	}
+}

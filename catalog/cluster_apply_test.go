@@ -1,0 +1,154 @@
+package catalog
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"kvd/catalog/etcdtest"
+	"kvd/engine"
+	"kvd/tenant"
+)
+
+// usersSeen is an Observer that records the users it is handed.
+type usersSeen struct {
+	nopObserver
+	mu    sync.Mutex
+	names []string
+}
+
+func (u *usersSeen) UsersChanged(users []UserSpec) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.names = u.names[:0]
+	for _, x := range users {
+		u.names = append(u.names, x.Name)
+	}
+	return nil
+}
+
+func (u *usersSeen) got() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.names...)
+}
+
+// clusterNode is a Catalog in cluster mode on its own engine.
+type clusterNode struct {
+	dir, name string
+	db        *engine.DB
+	cat       *Catalog
+	users     *usersSeen
+}
+
+func openClusterNode(t *testing.T, srv *etcdtest.Server, dir, name string) *clusterNode {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := engine.Open(engine.Options{Dir: dir, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &clusterNode{dir: dir, name: name, db: db, users: &usersSeen{}}
+	n.cat, err = Open(Options{DB: db, Throttle: tenant.NewThrottle(25000, t0), Defaults: defaults, Logger: quiet,
+		Observer: n.users, Now: time.Now(), Cluster: &ClusterOptions{Endpoints: srv.Endpoints(), NodeName: name,
+			Cluster: "cat", LeaseTTL: 2 * time.Second, PublishPeriod: 200 * time.Millisecond, Logger: quiet}})
+	if err != nil {
+		_ = db.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.close(t) })
+	return n
+}
+
+func (n *clusterNode) close(t *testing.T) {
+	if n.db == nil {
+		return
+	}
+	if err := n.cat.Close(); err != nil {
+		t.Error(err)
+	}
+	if err := n.db.Close(); err != nil {
+		t.Error(err)
+	}
+	n.db = nil
+}
+
+func has(c *Catalog, name string) bool { _, ok := c.Get(name); return ok }
+
+// TestClusterCatalog: run-time changes go through etcd to every catalog and
+// answer with engine's errors; a first join seeds etcd with the local
+// buckets; a member that comes back loses what was deleted meanwhile; the
+// users document reaches the Observer; the config file's buckets exist on
+// return from ApplyFile.
+func TestClusterCatalog(t *testing.T) {
+	srv := etcdtest.Start(t)
+	// A node that ran alone has a bucket of its own; its first join seeds it.
+	solo := open(t, t.TempDir(), defaults)
+	if _, err := solo.cat.Create("old", tenant.Settings{Reserved: 5, HardLimit: 50}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	dir1 := solo.dir
+	if err := solo.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n1 := openClusterNode(t, srv, dir1, "n1")
+	n2 := openClusterNode(t, srv, t.TempDir(), "n2")
+	if !has(n2.cat, "old") {
+		t.Fatal("n1's own bucket was not seeded into the cluster at its first join")
+	}
+	set := tenant.Settings{Reserved: 10, HardLimit: 100}
+	if _, err := n1.cat.Create("app", set, "test"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "app on n2", func() bool { return has(n2.cat, "app") })
+	if _, err := n2.cat.Create("app", set, "test"); !errors.Is(err, engine.ErrBucketExists) {
+		t.Fatalf("create of a bucket another node made: %v, want engine.ErrBucketExists", err)
+	}
+	// Both publish (TickCluster, as the server's housekeeping does each
+	// second) until each sees the other.
+	eventually(t, 3*time.Second, "two live nodes", func() bool {
+		n1.cat.TickCluster(time.Now())
+		n2.cat.TickCluster(time.Now())
+		return n1.cat.Cluster().liveNodes() == 2 && n2.cat.Cluster().liveNodes() == 2
+	})
+	b, _ := n2.cat.Get("app")
+	set.HardLimit = 90
+	if err := n2.cat.SetBucketSettings(b, set, "test"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "settings on n1", func() bool {
+		b, ok := n1.cat.Get("app")
+		return ok && b.Settings().HardLimit == 90
+	})
+	if r, h := b.Throttle().Limits(); r != 5 || h != 45 {
+		t.Fatalf("n2's gauge after 0x2a: %d/%d, want the static share of 2 nodes 5/45", r, h)
+	}
+	// n2 leaves; "old" is deleted meanwhile; n2 returns and drops it.
+	n2.close(t)
+	if err := n1.cat.Delete("old", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.cat.Delete("old", "test"); !errors.Is(err, engine.ErrBucketNotFound) {
+		t.Fatalf("second delete: %v, want engine.ErrBucketNotFound", err)
+	}
+	n2 = openClusterNode(t, srv, n2.dir, "n2")
+	if has(n2.cat, "old") || !has(n2.cat, "app") {
+		t.Fatalf("returning member: old %v app %v, want the cluster's buckets", has(n2.cat, "old"), has(n2.cat, "app"))
+	}
+	// The config file: its buckets exist on return, its users reach every node.
+	f := File{Node: n1.cat.Node(), Buckets: []Spec{{Name: "fromfile", Settings: set}},
+		Users: []UserSpec{{Name: "alice", Password: "pw", Buckets: []string{"app"}}}, ModTime: time.Now()}
+	if err := n1.cat.ApplyFile(f, "config"); err != nil {
+		t.Fatal(err)
+	}
+	if !has(n1.cat, "fromfile") {
+		t.Fatal("ApplyFile returned before the file's bucket existed here")
+	}
+	eventually(t, 2*time.Second, "users on n2", func() bool {
+		u := n2.users.got()
+		return len(u) == 1 && u[0] == "alice"
+	})
+}
