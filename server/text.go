@@ -42,6 +42,18 @@ type textConn struct {
 	done    int     // keys of the current multi-get already admitted
 	abort   bool    // a key of the current multi-get was refused: drop the rest
 	swallow int     // bytes still to discard (a refused data block)
+	held    heldError
+}
+
+// heldError is a refused storage command's error, answered once its data
+// block has been swallowed, as memcached does.
+type heldError struct {
+	set    bool
+	reply  []byte
+	close  bool
+	unlink bool
+	kind   text.Kind
+	key    []byte
 }
 
 // textReq is what a request's text reply needs beyond its results.
@@ -83,6 +95,12 @@ func (c *conn) serveText() gnet.Action {
 		if t.swallow > 0 && !c.swallowText() {
 			return gnet.None
 		}
+		if t.held.set {
+			if c.collect != nil || !c.textHeld() {
+				return gnet.None
+			}
+			continue
+		}
 		buf := c.peekText()
 		if len(buf) == 0 {
 			c.partialSince.Store(0)
@@ -91,11 +109,15 @@ func (c *conn) serveText() gnet.Action {
 		n, err := c.decodeText(buf)
 		var e *text.Error
 		if errors.As(err, &e) {
-			if c.collect != nil || !c.textError(e) {
+			if e.Swallow > 0 {
+				_, _ = c.gc.Discard(n)
+				t.hold(e)
+				continue
+			}
+			if c.collect != nil || !c.textError(e.Reply, e.Close, e.Unlink, t.cmd.Kind, t.cmd.Key) {
 				return gnet.None // answer what came before first
 			}
 			_, _ = c.gc.Discard(n)
-			t.swallow = e.Swallow
 			continue
 		}
 		if n == 0 {
@@ -166,21 +188,40 @@ func (c *conn) decodeText(buf []byte) (int, error) {
 	return text.Decode(buf, t.opts, &t.cmd)
 }
 
+// hold keeps a refused storage command's error until its data block has
+// been swallowed.
+func (t *textConn) hold(e *text.Error) {
+	h := &t.held
+	h.set, h.close, h.unlink, h.kind = true, e.Close, e.Unlink, t.cmd.Kind
+	h.reply = append(h.reply[:0], e.Reply...)
+	h.key = append(h.key[:0], t.cmd.Key...)
+	t.swallow = e.Swallow
+}
+
+// textHeld answers the held error; false: it must wait.
+func (c *conn) textHeld() bool {
+	h := &c.txt.held
+	if !c.textError(h.reply, h.close, h.unlink, h.kind, h.key) {
+		return false
+	}
+	h.set = false
+	return true
+}
+
 // textError answers a protocol error. A too-large set also unlinks its key,
 // as memcached does: that runs as a DELETE whose reply is the refusal. It
 // reports false when that DELETE must wait (nothing consumed).
-func (c *conn) textError(e *text.Error) bool {
-	if e.Unlink {
+func (c *conn) textError(reply []byte, close, unlink bool, kind text.Kind, key []byte) bool {
+	if unlink {
 		t := c.txt
-		t.cur = textReq{kind: t.cmd.Kind, tooBig: true, silent: len(e.Reply) == 0}
-		req := c.textRequest(mc.OpDelete, t.cmd.Key)
-		if !c.runText(req) {
+		t.cur = textReq{kind: kind, tooBig: true, silent: len(reply) == 0}
+		if !c.runText(c.textRequest(mc.OpDelete, key)) {
 			return false
 		}
 	} else {
-		c.out = append(c.out, e.Reply...)
+		c.out = append(c.out, reply...)
 	}
-	if e.Close {
+	if close {
 		c.quitting = true
 	}
 	return true
@@ -225,6 +266,13 @@ func (c *conn) textRetrieval(cmd *text.Command) bool {
 	op := mc.OpGet
 	if cmd.Kind == text.KindGat || cmd.Kind == text.KindGats {
 		op = mc.OpGAT
+	}
+	if len(cmd.Keys) == 0 { // "gat 0": memcached answers END
+		if c.collect != nil {
+			return false
+		}
+		c.out = text.AppendEnd(c.out)
+		return true
 	}
 	for t.done < len(cmd.Keys) && !t.abort {
 		i := t.done
