@@ -33,7 +33,7 @@ func TestTextDifferential(t *testing.T) {
 	const perSeed = 1000
 	total := 0
 	for seed := uint64(1); seed <= uint64(*textSeeds); seed++ {
-		g := texttest.NewGen(seed, texttest.GenOptions{StableKeyForm: true, NoWrap: true})
+		g := texttest.NewGen(seed, texttest.GenOptions{StableKeyForm: true, NoShrink: true})
 		var in bytes.Buffer
 		in.WriteString("flush_all\r\n")
 		for range perSeed {

@@ -20,9 +20,11 @@ type GenOptions struct {
 	// stored in (kvd does not remember the form; memcached's k flag shows
 	// the stored one).
 	StableKeyForm bool
-	// NoWrap: numbers stay below 2^63, so incr never wraps to a shorter
-	// number (memcached pads that in place with spaces; kvd does not).
-	NoWrap bool
+	// NoShrink: no incr makes a number shorter: numbers stay below 2^63
+	// (no wrap at 2^64) and are never "0" (nor is ma's creation), so no
+	// concatenation of them has a leading zero. memcached writes a shorter result in place, padded
+	// with spaces; kvd stores the digits alone.
+	NoShrink bool
 }
 
 // Gen writes seeded random pipelines of classic and meta commands, with
@@ -47,8 +49,8 @@ func (g *Gen) value() string {
 	switch g.rng.IntN(4) {
 	case 0:
 		shift := g.rng.IntN(64)
-		if g.opts.NoWrap {
-			shift = max(shift, 1)
+		if g.opts.NoShrink {
+			return strconv.FormatUint(g.rng.Uint64()>>max(shift, 1)|1, 10)
 		}
 		return strconv.FormatUint(g.rng.Uint64()>>shift, 10)
 	case 1:
@@ -92,8 +94,11 @@ func (g *Gen) Command(w *bytes.Buffer) {
 	case 12:
 		fmt.Fprintf(w, "md %s%s%s\r\n", g.metaKey(true), g.flag("q", "O1", "k", "C"+strconv.Itoa(1000000+g.rng.IntN(30))), g.flag("q", "k"))
 	case 13:
-		fmt.Fprintf(w, "ma %s%s%s%s%s\r\n", g.metaKey(false), g.flag("N0", "J7", "D3", "MI", "M+"), g.flag("v", "q", "t"),
-			g.flag("c", "O9", "k"), g.flag("v"))
+		key, mode := g.metaKey(false), g.flag("N0", "J7", "D3", "MI", "M+")
+		if g.opts.NoShrink && mode == " N0" {
+			mode = " N0 J7" // a created "0" could become a leading zero
+		}
+		fmt.Fprintf(w, "ma %s%s%s%s%s\r\n", key, mode, g.flag("v", "q", "t"), g.flag("c", "O9", "k"), g.flag("v"))
 	case 14:
 		w.WriteString(g.pick("mn\r\n", "version\r\n", "verbosity 1\r\n", "flush_all\r\n", "bogus\r\n", "get\r\n",
 			"set k1 0 0 2\r\nabc\r\n", "set k2 x 0 1\r\nz\r\n", "mg k1 zz\r\n", "ms k3 2 MZ\r\nhi\r\n", "incr k1 -1\r\n"))
