@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 
-	"kvd/catalog"
 	mc "kvd/protocol/binary"
 	"kvd/protocol/text"
 	"kvd/tenant"
@@ -161,9 +160,6 @@ func (c *conn) textStats(args [][]byte) {
 	switch group {
 	case "":
 		c.srv.generalStats(c.bucket, emit)
-		if c.bucket != nil && !c.bucket.Deleted() {
-			c.textCommandStats(c.bucket, emit)
-		}
 	case "bucket_details":
 		arg := ""
 		if len(args) > 1 {
@@ -184,13 +180,6 @@ func (c *conn) textStats(args [][]byte) {
 		return
 	}
 	c.out = text.AppendEnd(c.out)
-}
-
-// textCommandStats tells the bucket's text and binary data commands apart.
-func (c *conn) textCommandStats(b *catalog.Bucket, emit emitFunc) {
-	txt := stateOf(b).textCommands.Load()
-	emitInt(emit, "text_commands", txt)
-	emitInt(emit, "binary_commands", b.Throttle().Stats().Commands-txt)
 }
 
 // textFlush is flush_all: every item of the selected bucket goes, on a
