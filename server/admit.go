@@ -193,7 +193,7 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 	if c.txt != nil {
 		stateOf(b).textCommands.Add(1)
 		r.key, r.res, r.flags, r.cas, r.exp = req.Key, it.Value, it.Flags, it.CAS, it.Expiry
-		c.txt.setReply(&r, &r.aux)
+		c.txt.setReply(&r, &c.txt.aux)
 		c.out = c.appendText(c.out, &r)
 	} else {
 		var key []byte

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"errors"
 
 	"github.com/panjf2000/gnet/v2"
 
@@ -43,6 +42,7 @@ type textConn struct {
 	abort   bool    // a key of the current multi-get was refused: drop the rest
 	swallow int     // bytes still to discard (a refused data block)
 	held    heldError
+	aux     []byte // opaque of a meta command answered on the loop
 }
 
 // heldError is a refused storage command's error, answered once its data
@@ -107,8 +107,7 @@ func (c *conn) serveText() gnet.Action {
 			return gnet.None
 		}
 		n, err := c.decodeText(buf)
-		var e *text.Error
-		if errors.As(err, &e) {
+		if e, ok := err.(*text.Error); ok { // Decode's errors are always *text.Error
 			if e.Swallow > 0 {
 				_, _ = c.gc.Discard(n)
 				t.hold(e)
@@ -442,6 +441,9 @@ func textExpiry(exptime int64) uint32 {
 func (t *textConn) setReply(r *request, aux *[]byte) {
 	r.txt = t.cur
 	m := &r.txt.meta
+	if r.txt.kind != text.KindMetaDebug {
+		m.RawKey = nil // only me prints the key as sent
+	}
 	if len(m.Opaque) == 0 && len(m.RawKey) == 0 {
 		return
 	}
