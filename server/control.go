@@ -233,10 +233,7 @@ func (c *conn) flush(req *mc.Request) {
 	}
 	quiet := req.Opcode.IsQuiet()
 	c.startControl(req, func(b *batch) {
-		err := b.bucket.Store().Flush()
-		if err == nil {
-			err = c.srv.db.SyncWAL()
-		}
+		err := c.srv.flushBucket(b)
 		switch {
 		case err != nil:
 			st, reason := statusOf(err)
@@ -245,6 +242,15 @@ func (c *conn) flush(req *mc.Request) {
 			b.out = c.appendReply(b.out, b.reqs[0].hdr, mc.StatusOK, 0, nil, nil, nil)
 		}
 	})
+}
+
+// flushBucket empties the batch's bucket and makes that durable: FLUSH and
+// text's flush_all, on a worker.
+func (s *Server) flushBucket(b *batch) error {
+	if err := b.bucket.Store().Flush(); err != nil {
+		return err
+	}
+	return s.db.SyncWAL()
 }
 
 // setBucketThrottle handles SetBucketThrottleProperties (0x2a): key = bucket,

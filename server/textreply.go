@@ -192,10 +192,7 @@ func (c *conn) textFlush(noreply bool) {
 	}
 	b := newBatch(c, c.bucket)
 	b.job = func(b *batch) {
-		err := b.bucket.Store().Flush()
-		if err == nil {
-			err = c.srv.db.SyncWAL()
-		}
+		err := c.srv.flushBucket(b)
 		switch {
 		case err != nil:
 			_, reason := statusOf(err)
