@@ -341,3 +341,23 @@ func textLogin(t testing.TB, addr, user, password string) *textClient {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestTextCommandsMetric: kvd_bucket_text_commands_total counts a bucket's
+// text data commands and not its binary ones, which
+// kvd_bucket_commands_total counts too.
+func TestTextCommandsMetric(t *testing.T) {
+	t.Parallel()
+	metricsAddr := freeAddr(t)
+	k := startKVD(t, testConfig, "--metrics-listen", metricsAddr)
+	c := dialText(t, k.Addr)
+	c.call("set", "set k 0 0 1\r\nv\r\n", "STORED")
+	c.call("get", "get k k nokey\r\n", "VALUE k 0 1", "v", "VALUE k 0 1", "v", "END")
+	b := dialRaw(t, k.Addr)
+	b.call(get("k"))
+	b.call(get("k"))
+	m := scrape(t, metricsAddr)
+	text, all := m[`kvd_bucket_text_commands_total{bucket="default"}`], m[`kvd_bucket_commands_total{bucket="default"}`]
+	if text != 4 || all != 6 {
+		t.Errorf("bucket default: kvd_bucket_text_commands_total %v, kvd_bucket_commands_total %v; want 4 and 6", text, all)
+	}
+}
