@@ -3,6 +3,7 @@ module kvd
 go 1.26.8
 
 require (
+	github.com/bradfitz/gomemcache v0.0.0-20260422231931-4d751bb6e37c
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/couchbase/gomemcached v0.3.4
 	github.com/panjf2000/gnet/v2 v2.10.0

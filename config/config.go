@@ -119,6 +119,7 @@ type File struct {
 	IdleTimeoutMS                *int   `json:"idle_timeout_ms,omitempty"`            // nil: server.DefaultIdleTimeout
 	MaxInflightBytes             *int64 `json:"max_inflight_bytes,omitempty"`         // nil: a quarter of physical memory (the daemon reads it); 0 = no limit
 	WALSync                      *bool  `json:"wal_sync,omitempty"`                   // nil: server.DefaultWALSync
+	TextProtocol                 *bool  `json:"text_protocol,omitempty"`              // nil: server.DefaultTextProtocol
 
 	// AnonymousBucket, if set, is the bucket unauthenticated connections
 	// start selected on; "" means no anonymous access.

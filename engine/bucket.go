@@ -294,12 +294,30 @@ func (b *Bucket) Delete(key []byte, cas uint64, now uint32) error {
 // returned, if create; else ErrNotFound. Existing items keep flags and
 // expiry. cas != 0 must match. Returns the new value and CAS.
 func (b *Bucket) Arith(key []byte, incr bool, delta, initial uint64, expiry uint32, create bool, cas uint64, now uint32) (uint64, uint64, error) {
+	r, err := b.ArithItem(key, incr, delta, initial, expiry, create, cas, now)
+	return r.Value, r.CAS, err
+}
+
+// ArithResult is what ArithItem did: the new value and CAS, the item's
+// expiry (absolute, 0 = never) and whether the miss created the item.
+type ArithResult struct {
+	Value   uint64
+	CAS     uint64
+	Expiry  uint32
+	Created bool
+}
+
+// ArithItem is Arith that also reports the item's expiry and whether it
+// was created (memcached's meta arithmetic returns both).
+func (b *Bucket) ArithItem(key []byte, incr bool, delta, initial uint64, expiry uint32, create bool, cas uint64, now uint32) (ArithResult, error) {
 	var n, newCAS uint64
+	created := false
+	var h header
 	err := b.mutate(key, now, func(ik []byte, cur current) error {
+		created = false
 		if err := checkCAS(&cur, cas); err != nil {
 			return err
 		}
-		var h header
 		switch {
 		case cur.live:
 			old, ok := parseUint(cur.value)
@@ -308,7 +326,7 @@ func (b *Bucket) Arith(key []byte, incr bool, delta, initial uint64, expiry uint
 			}
 			n, h = applyDelta(old, incr, delta), cur.h
 		case create:
-			n, h = initial, header{expiry: expiry}
+			n, h, created = initial, header{expiry: expiry}, true
 		default:
 			return ErrNotFound
 		}
@@ -318,9 +336,9 @@ func (b *Bucket) Arith(key []byte, incr bool, delta, initial uint64, expiry uint
 		return b.putLocked(ik, key, &cur, h, strconv.AppendUint(digits[:0], n, 10), nil)
 	})
 	if err != nil {
-		return 0, 0, err
+		return ArithResult{}, err
 	}
-	return n, newCAS, nil
+	return ArithResult{Value: n, CAS: newCAS, Expiry: h.expiry, Created: created}, nil
 }
 
 func applyDelta(v uint64, incr bool, delta uint64) uint64 {

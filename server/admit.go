@@ -2,6 +2,7 @@ package server
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"kvd/catalog"
@@ -200,12 +201,19 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 	b.Counters.CmdGet.Add(1)
 	b.Counters.GetHits.Add(1)
 	s.throttle.Charge(b.Throttle(), r.ru, 0)
-	var key []byte
-	if req.Opcode.NonQuiet() == mc.OpGetK {
-		key = req.Key
+	if c.txt != nil {
+		stateOf(b).textCommands.Add(1)
+		r.key, r.res, r.flags, r.cas, r.exp = req.Key, it.Value, it.Flags, it.CAS, it.Expiry
+		c.txt.setReply(&r, &c.txt.aux)
+		c.out = c.appendText(c.out, &r)
+	} else {
+		var key []byte
+		if req.Opcode.NonQuiet() == mc.OpGetK {
+			key = req.Key
+		}
+		var ex [4]byte
+		c.out = c.appendMetered(c.out, &r, it.CAS, mc.AppendUint32(ex[:0], it.Flags), key, it.Value)
 	}
-	var ex [4]byte
-	c.out = c.appendMetered(c.out, &r, it.CAS, mc.AppendUint32(ex[:0], it.Flags), key, it.Value)
 	s.ingress.Settle(t, int64(len(it.Value)), now) // teaches the bucket's read estimate
 	endDeadline(&r, now)
 	s.ingress.Release(t, now)
@@ -228,6 +236,9 @@ func (c *conn) addReq(b *batch, req *mc.Request) *request {
 	r.throttled, c.throttledFor = c.throttledFor, 0
 	r.start = c.cmdStart
 	r.dl, r.grant, c.dl, c.grant = c.dl, c.grant, nil, ingress.Grant{}
+	if c.txt != nil {
+		c.txt.setReply(r, &r.aux)
+	}
 	return r
 }
 
@@ -315,9 +326,10 @@ func estimated(op mc.Opcode) bool {
 // bucketState is the server's own per-bucket state, which the catalog
 // carries on each bucket (catalog.Bucket.Ext) without interpreting it.
 type bucketState struct {
-	adm *ingress.Bucket         // the bucket's admission limits, queues and figures
-	dl  *ingress.BucketDeadline // the bucket's deadline gate, windows and figures
-	lat bucketLatency           // end-to-end, parked and queued latency
+	adm          *ingress.Bucket         // the bucket's admission limits, queues and figures
+	dl           *ingress.BucketDeadline // the bucket's deadline gate, windows and figures
+	lat          bucketLatency           // end-to-end, parked and queued latency
+	textCommands atomic.Int64            // data commands that came over the text/meta protocol
 }
 
 func stateOf(b *catalog.Bucket) *bucketState { return b.Ext().(*bucketState) }

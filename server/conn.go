@@ -69,11 +69,13 @@ type conn struct {
 	grant   ingress.Grant
 	scratch []byte
 
-	out      []byte // replies of this pass, written once at the end
-	peek     []byte // value buffer of GETs answered on the loop
-	inflight *batch // batch executing off the loop, nil when none
-	collect  *batch // batch being assembled in this pass
-	quitting bool   // QUIT seen: close after flushing
+	out      []byte    // replies of this pass, written once at the end
+	peek     []byte    // value buffer of GETs answered on the loop
+	inflight *batch    // batch executing off the loop, nil when none
+	collect  *batch    // batch being assembled in this pass
+	quitting bool      // QUIT seen: close after flushing
+	proto    uint8     // protoUnknown until the first byte, then protoBinary or protoText
+	txt      *textConn // text/meta protocol state, nil for binary
 
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set (see park)
@@ -117,6 +119,14 @@ func (c *conn) onTraffic() gnet.Action {
 // serve decodes and handles frames until the input is exhausted or
 // incomplete, or a batch goes off the loop.
 func (c *conn) serve() gnet.Action {
+	if c.proto != protoBinary {
+		if c.proto == protoUnknown && !c.detect() {
+			return gnet.None
+		}
+		if c.proto == protoText {
+			return c.serveText()
+		}
+	}
 	defer c.dispatch()
 	for c.inflight == nil && !c.quitting {
 		if len(c.out) > c.srv.opts.MaxConnBuffer {

@@ -235,16 +235,7 @@ func (c *conn) flush(req *mc.Request) {
 	quiet := req.Opcode.IsQuiet()
 	delay, _ := mc.FlushExtras(req.Extras)
 	c.startControl(req, func(b *batch) {
-		var err error
-		if store := b.bucket.Store(); delay == 0 {
-			err = store.Flush()
-		} else {
-			now := uint32(c.srv.opts.Now().Unix())
-			err = store.FlushAt(expiryAt(delay, now), now)
-		}
-		if err == nil {
-			err = c.srv.db.SyncWAL()
-		}
+		err := c.srv.flushBucket(b, delay)
 		switch {
 		case err != nil:
 			st, reason := statusOf(err)
@@ -253,6 +244,24 @@ func (c *conn) flush(req *mc.Request) {
 			b.out = c.appendReply(b.out, b.reqs[0].hdr, mc.StatusOK, 0, nil, nil, nil)
 		}
 	})
+}
+
+// flushBucket empties the batch's bucket and makes that durable: FLUSH and
+// text's flush_all, on a worker. With a delay (memcached's semantics) the
+// items that exist when it ends go then and are served until then; an
+// absolute time in the past changes nothing.
+func (s *Server) flushBucket(b *batch, delay uint32) error {
+	var err error
+	if store := b.bucket.Store(); delay == 0 {
+		err = store.Flush()
+	} else {
+		now := uint32(s.opts.Now().Unix())
+		err = store.FlushAt(expiryAt(delay, now), now)
+	}
+	if err != nil {
+		return err
+	}
+	return s.db.SyncWAL()
 }
 
 // setBucketThrottle handles SetBucketThrottleProperties (0x2a): key = bucket,

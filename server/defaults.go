@@ -38,6 +38,10 @@ const (
 	// DefaultWALSync: every acknowledged mutation is fsynced (Options
 	// states it as DisableWALSync false).
 	DefaultWALSync = true
+	// DefaultTextProtocol: memcached's text and meta protocols are served
+	// on the protocol port beside binary (Options states it as DisableText
+	// false).
+	DefaultTextProtocol = true
 
 	// The node throttle defaults are package tenant's.
 

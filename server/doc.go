@@ -31,6 +31,16 @@
 //  5. conn.go again: on the wake the loop appends the batch's replies to the
 //     pass's output, writes everything with one write, and goes on decoding.
 //
+// Text and meta (text.go, textreply.go): the first byte of a connection
+// chooses binary or memcached's text protocol. serveText decodes a text
+// command with package protocol/text and translates it into the binary
+// request it means (a multi-get into one GET per key); from there it takes
+// the path above unchanged (precheck, admit, batch, worker). The request
+// carries a textReq, and appendResult hands it to appendText, which turns
+// the binary result into the codec's Outcome and encodes the text reply.
+// version, verbosity, stats, mn and quit are answered on the loop,
+// flush_all and the -Y style login on a worker.
+//
 // control.go answers the other commands (HELLO, SASL, SELECT_BUCKET, STAT,
 // the throttle and bucket admin commands); those that do I/O or slow work
 // run as a one-command batch on a worker, like data. stats.go gathers the

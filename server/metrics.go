@@ -62,6 +62,7 @@ var (
 	descRU        = desc("kvd_bucket_read_units_total", "Read units charged to the bucket.", "bucket")
 	descWU        = desc("kvd_bucket_write_units_total", "Write units charged to the bucket.", "bucket")
 	descCommands  = desc("kvd_bucket_commands_total", "Data commands executed for the bucket.", "bucket")
+	descTextCmds  = desc("kvd_bucket_text_commands_total", "Data commands of the bucket that came over memcached's text or meta protocol (the rest of kvd_bucket_commands_total came over binary).", "bucket")
 	descThrottled = desc("kvd_bucket_throttled_total", "Throttle decisions against the bucket's commands.", "bucket")
 	descWait      = desc("kvd_bucket_throttle_wait_seconds_total", "Time the bucket's commands spent parked by throttling.", "bucket")
 	descRejected  = desc("kvd_bucket_rejected_total", "Commands of the bucket rejected by throttling or admission.", "bucket")
@@ -84,7 +85,7 @@ var (
 type collector struct{ s *Server }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRU, descWU, descCommands, descThrottled, descWait, descRejected,
+	for _, d := range []*prometheus.Desc{descRU, descWU, descCommands, descTextCmds, descThrottled, descWait, descRejected,
 		descClients, descItems, descReserved, descCapacity, descFreePool, descNodeLast, descConns, descConnsTot,
 		descL0, descDebt, descFsync, descCacheHit, descCacheMiss} {
 		ch <- d
@@ -104,6 +105,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRU, float64(st.RU), b.Name())
 		counter(descWU, float64(st.WU), b.Name())
 		counter(descCommands, float64(st.Commands), b.Name())
+		counter(descTextCmds, float64(stateOf(b).textCommands.Load()), b.Name())
 		counter(descThrottled, float64(st.Throttled), b.Name())
 		counter(descWait, float64(st.WaitUS)/1e6, b.Name())
 		counter(descRejected, float64(st.Rejected), b.Name())

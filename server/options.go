@@ -67,6 +67,10 @@ type Options struct {
 	DefaultSettings tenant.Settings
 	// AnonymousBucket, when set, is selected for unauthenticated connections.
 	AnonymousBucket string
+	// DisableText turns memcached's text and meta protocols off: a
+	// connection whose first byte is not a binary magic is then closed, as
+	// before text support. Default false (config text_protocol: true).
+	DisableText bool
 	// MaxConnections bounds open connections node-wide. Default DefaultMaxConnections.
 	MaxConnections int
 	// MaxConnectionsPerBucket bounds connections that select one bucket;

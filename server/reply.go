@@ -19,12 +19,19 @@ func (c *conn) reply(req *binary.Request, st binary.Status, cas uint64, extras, 
 // replyError answers req with an error on the loop. Quiet commands get
 // their errors too.
 func (c *conn) replyError(req *binary.Request, st binary.Status, reason string) {
+	if c.txt != nil {
+		c.out = c.txt.refuse(c.out, reason)
+		return
+	}
 	c.out = c.appendError(c.out, headerOf(req), st, reason, nil)
 }
 
 // appendResult encodes r's reply, or nothing for a quiet command that
 // succeeded (or missed, for the quiet reads).
 func (c *conn) appendResult(dst []byte, r *request) []byte {
+	if r.txt.kind != 0 {
+		return c.appendText(dst, r)
+	}
 	h, op := r.hdr, r.hdr.op.NonQuiet()
 	quiet := h.op.IsQuiet()
 	isRead := op == binary.OpGet || op == binary.OpGetK || op == binary.OpGAT || op == binary.OpGATK

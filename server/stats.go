@@ -44,6 +44,9 @@ func (s *Server) generalStats(b *catalog.Bucket, emit emitFunc) {
 	emitInt(emit, "touch_hits", n.TouchHits.Load())
 	emitInt(emit, "touch_misses", n.TouchMisses.Load())
 	emitInt(emit, "curr_items", b.Store().ItemCount())
+	txt := stateOf(b).textCommands.Load()
+	emitInt(emit, "text_commands", txt)
+	emitInt(emit, "binary_commands", b.Throttle().Stats().Commands-txt)
 }
 
 // bucketDetail is the JSON document of STAT bucket_details.
@@ -62,6 +65,8 @@ type bucketDetail struct {
 	FreePoolShare     int64        `json:"throttle_free_pool_share"`
 	UnitsThisSecond   int64        `json:"units_this_second"`
 	Items             int64        `json:"curr_items"`
+	TextCommands      int64        `json:"text_commands"`   // data commands over text/meta
+	BinaryCommands    int64        `json:"binary_commands"` // num_commands - text_commands
 
 	// Admission (ingress.BucketStats).
 	InFlight       int64 `json:"in_flight"`
@@ -87,6 +92,7 @@ type bucketDetail struct {
 
 func detailOf(b *catalog.Bucket) bucketDetail {
 	st, ad, dl := b.Throttle().Stats(), stateOf(b).adm.Stats(), stateOf(b).dl.Stats()
+	txt := stateOf(b).textCommands.Load()
 	return bucketDetail{
 		InFlight: ad.InFlight, QueueLength: ad.QueueLength, NumQueued: ad.NumQueued,
 		NumQueueFull: ad.NumQueueFull, NumTimedOut: ad.NumTimedOut, QueueWaitTime: ad.QueueWaitTimeUS,
@@ -96,7 +102,7 @@ func detailOf(b *catalog.Bucket) bucketDetail {
 		NumThrottled: st.Throttled, NumRejected: st.Rejected, ThrottleWaitTime: st.WaitUS,
 		ThrottleReserved: tenant.Limit(st.Reserved), ThrottleHardLimit: tenant.Limit(st.HardLimit),
 		EffectiveReserved: st.EffectiveReserved, FreePoolShare: st.Share, UnitsThisSecond: st.Used,
-		Items: b.Store().ItemCount(),
+		Items: b.Store().ItemCount(), TextCommands: txt, BinaryCommands: st.Commands - txt,
 
 		DeadlineMS: dl.Deadline.Milliseconds(), DeadlinePercentile: dl.Percentile,
 		NumDeadlineRejected: dl.Rejected, NumDeadlineExpired: dl.Expired, NumDeadlineMissed: dl.Missed,

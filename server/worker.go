@@ -29,6 +29,8 @@ type request struct {
 	flags  uint32
 	num    uint64 // INCR/DECR result
 	res    []byte // value read (GET, GAT)
+	exp    uint32 // the item's expiry (GET, GAT, arithmetic): absolute, 0 = never
+	made   bool   // arithmetic created the item
 	size   int    // resulting value length (APPEND, PREPEND)
 	mut    bool   // a mutation succeeded: needs the WAL sync before its ack
 
@@ -43,6 +45,9 @@ type request struct {
 	// none), ended exactly once: Done, Expire or Release (deadline.go).
 	dl    *ingress.BucketDeadline
 	grant ingress.Grant
+
+	txt textReq // a text/meta command's reply needs (zero kind: binary)
+	aux []byte  // the text command's opaque and raw key (txt.meta views it)
 }
 
 // header is what a reply needs to echo.
@@ -106,6 +111,10 @@ func (r *request) release() {
 	releaseDeadline(r) // a command that never ran gives its demand back
 	r.status, r.reason, r.cas, r.flags, r.num, r.mut = 0, "", 0, 0, 0, false
 	r.size, r.ru, r.wu, r.throttled, r.queued = 0, 0, 0, 0, 0
+	r.exp, r.made = 0, false
+	if r.txt.kind != 0 {
+		r.txt = textReq{}
+	}
 	r.res = r.res[:0]
 	if cap(r.buf) > 64<<10 {
 		r.buf = nil
@@ -302,8 +311,10 @@ func (s *Server) exec(bk *catalog.Bucket, r *request, now uint32) {
 		err = bk.Store().Delete(r.key, r.hdr.cas, now)
 	case binary.OpIncrement, binary.OpDecrement:
 		delta, initial, exp, _ := binary.ArithExtras(r.extras)
-		r.num, r.cas, err = bk.Store().Arith(r.key, op == binary.OpIncrement, delta, initial,
+		var res engine.ArithResult
+		res, err = bk.Store().ArithItem(r.key, op == binary.OpIncrement, delta, initial,
 			expiryAt(exp, now), exp != noCreate, r.hdr.cas, now)
+		r.num, r.cas, r.exp, r.made = res.Value, res.CAS, res.Expiry, res.Created
 	case binary.OpTouch, binary.OpGAT, binary.OpGATK:
 		err = s.execTouch(bk, r, now)
 	}
@@ -324,7 +335,7 @@ func (s *Server) execGet(bk *catalog.Bucket, r *request, now uint32) error {
 		return err
 	}
 	bk.Counters.GetHits.Add(1)
-	r.res, r.flags, r.cas = it.Value, it.Flags, it.CAS
+	r.res, r.flags, r.cas, r.exp = it.Value, it.Flags, it.CAS, it.Expiry
 	return nil
 }
 
@@ -339,7 +350,7 @@ func (s *Server) execTouch(bk *catalog.Bucket, r *request, now uint32) error {
 		return err
 	}
 	bk.Counters.TouchHits.Add(1)
-	r.res, r.flags, r.cas = it.Value, it.Flags, it.CAS
+	r.res, r.flags, r.cas, r.exp = it.Value, it.Flags, it.CAS, it.Expiry
 	return nil
 }
 
@@ -361,6 +372,9 @@ func storeMode(op binary.Opcode) engine.StoreMode {
 // costs nothing) and charges them to the bucket.
 func (s *Server) meter(bk *catalog.Bucket, r *request) {
 	bk.Throttle().CountCommand()
+	if r.txt.kind != 0 {
+		stateOf(bk).textCommands.Add(1)
+	}
 	if r.status != binary.StatusOK {
 		return
 	}

@@ -34,6 +34,7 @@ func defaultValues() map[string]any {
 		"max_frame_size":                  server.DefaultMaxFrameSize,
 		"idle_timeout_ms":                 server.DefaultIdleTimeout.Milliseconds(),
 		"wal_sync":                        server.DefaultWALSync,
+		"text_protocol":                   server.DefaultTextProtocol,
 		"ingress.tickets":                 ingress.DefaultNodeTickets,
 		"ingress.max_queue_depth":         ingress.DefaultMaxQueueDepth,
 		"ingress.queue_timeout_ms":        ingress.DefaultQueueTimeout.Milliseconds(),
@@ -89,6 +90,7 @@ func sameJSON(t *testing.T, got string, want any) bool {
 var serverOwned = map[string]bool{
 	"max_connections_per_bucket": true, "max_connections": true, "max_throttle_wait_ms": true,
 	"max_item_size": true, "max_frame_size": true, "idle_timeout_ms": true, "wal_sync": true,
+	"text_protocol": true,
 }
 
 // computedAtStart are the fields whose default the daemon computes when it

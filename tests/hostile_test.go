@@ -76,6 +76,11 @@ func describeReplies(rs []*mc.Response) string {
 	return b.String()
 }
 
+// bindBinary makes c a binary connection (its first byte decides).
+func bindBinary(c *rawConn) {
+	c.expectStatus("NOOP first", reqWith(mc.OpNoop, 0x1, nil, "", ""), mc.StatusOK)
+}
+
 // wantUsable checks that c still answers commands.
 func wantUsable(t *testing.T, c *rawConn) {
 	t.Helper()
@@ -84,11 +89,16 @@ func wantUsable(t *testing.T, c *rawConn) {
 
 // hostileCases is the table TestHostileInputs runs.
 var hostileCases = []hostileCase{
+	// The first byte of a connection chooses binary or text (a text
+	// connection is tests/text_*_test.go's); after a binary command, a bad
+	// magic or a text line closes the connection.
 	{"bad magic", func(t *testing.T, k *kvd, c *rawConn) {
+		bindBinary(c)
 		c.write(rawHeader(0x42, mc.OpGet, 0, 0, 0, 7))
 		wantClose(t, c, 5*time.Second)
 	}},
 	{"ascii protocol", func(t *testing.T, k *kvd, c *rawConn) {
+		bindBinary(c)
 		c.write([]byte("get foo\r\n"))
 		wantClose(t, c, 5*time.Second)
 	}},
@@ -109,6 +119,7 @@ var hostileCases = []hostileCase{
 		wantErrorThenClose(t, c, mc.OpGet, 13, mc.StatusInvalidArguments)
 	}},
 	{"response magic 0x81 sent as a request", func(t *testing.T, k *kvd, c *rawConn) {
+		bindBinary(c)
 		c.write(rawHeader(mc.MagicResponse, mc.OpNoop, 0, 0, 0, 8))
 		wantClose(t, c, 5*time.Second)
 	}},

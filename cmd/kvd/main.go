@@ -164,6 +164,7 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 		DataDir:                 dataDir,
 		DisableWALSync:          !orDefault(cfg.WALSync, server.DefaultWALSync),
 		AnonymousBucket:         cfg.AnonymousBucket,
+		DisableText:             !orDefault(cfg.TextProtocol, server.DefaultTextProtocol),
 		MaxConnections:          orZero(cfg.MaxConnections),
 		MaxConnectionsPerBucket: orZero(cfg.MaxConnectionsPerBucket),
 		IdleTimeout:             millis(cfg.IdleTimeoutMS),

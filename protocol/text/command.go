@@ -200,6 +200,12 @@ func (c *Command) reset() {
 	c.err = Error{}
 }
 
+// DataLen is the data block length the line of a storage command declared.
+// After Decode returned 0 for a complete storage line, the command needs
+// the line, DataLen bytes and "\r\n" in the buffer: a caller that peeks
+// its input piecewise learns from it how much to wait for.
+func (c *Command) DataLen() int { return c.declared }
+
 // DecodeOptions are the limits Decode applies.
 type DecodeOptions struct {
 	// MaxValue is the largest data block accepted; larger is answered

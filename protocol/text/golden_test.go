@@ -1,15 +1,15 @@
 package text
 
 import (
-	"bufio"
 	"bytes"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
+
+	"kvd/protocol/text/texttest"
 )
 
 // Golden transcripts live in testdata/*.txt, one connection per block:
@@ -29,14 +29,6 @@ var capture = flag.Bool("capture", false, "rewrite testdata/memcached-1.6.18.txt
 
 const goldenFile = "memcached-1.6.18.txt"
 
-type transcript struct {
-	title    string
-	in, out  []byte
-	closed   bool
-	line     int
-	verdicts int
-}
-
 func TestCaptureGolden(t *testing.T) {
 	if !*capture {
 		t.Skip("run with -capture to rewrite the golden transcript from memcached")
@@ -47,9 +39,9 @@ func TestCaptureGolden(t *testing.T) {
 		if len(tc.in) > 16<<10 {
 			continue
 		}
-		addr := startMemcached(t)
+		addr := texttest.StartMemcached(t)
 		in, sentinel := withSentinel(tc.in)
-		out, closed := ask(t, addr, in, sentinel)
+		out, closed := texttest.Ask(t, addr, in, sentinel)
 		fmt.Fprintf(&b, "\n--- %s\n", tc.name)
 		writeQuoted(&b, '>', in)
 		writeQuoted(&b, '<', out)
@@ -79,44 +71,10 @@ func writeQuoted(b *bytes.Buffer, kind byte, data []byte) {
 	}
 }
 
-func loadTranscripts(t *testing.T, path string) []transcript {
-	f, err := os.Open(path)
+func loadTranscripts(t *testing.T, path string) []texttest.Transcript {
+	ts, err := texttest.LoadTranscripts(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	var ts []transcript
-	sc := bufio.NewScanner(f)
-	for line := 1; sc.Scan(); line++ {
-		text := sc.Text()
-		kind, rest, _ := strings.Cut(text, " ")
-		if text == "" || kind == "#" {
-			continue
-		}
-		if kind == "---" {
-			ts = append(ts, transcript{title: rest, line: line})
-			continue
-		}
-		if len(ts) == 0 {
-			t.Fatalf("%s:%d: %q before the first ---", path, line, text)
-		}
-		tr := &ts[len(ts)-1]
-		switch kind {
-		case ">", "<":
-			s, err := strconv.Unquote(rest)
-			if err != nil {
-				t.Fatalf("%s:%d: %v", path, line, err)
-			}
-			if kind == ">" {
-				tr.in = append(tr.in, s...)
-			} else {
-				tr.out = append(tr.out, s...)
-			}
-		case "=":
-			tr.closed, tr.verdicts = rest == "closed", tr.verdicts+1
-		default:
-			t.Fatalf("%s:%d: cannot parse %q", path, line, text)
-		}
 	}
 	return ts
 }
@@ -128,13 +86,13 @@ func TestGolden(t *testing.T) {
 		t.Fatalf("only %d transcripts in %s", len(ts), path)
 	}
 	for _, tr := range ts {
-		if tr.verdicts != 1 {
-			t.Errorf("%s:%d %s: want one = line, have %d", path, tr.line, tr.title, tr.verdicts)
+		if tr.Verdicts != 1 {
+			t.Errorf("%s:%d %s: want one = line, have %d", path, tr.Line, tr.Title, tr.Verdicts)
 		}
-		out, closed := newModel(1 << 20).run(tr.in)
-		if !bytes.Equal(out, tr.out) || closed != tr.closed {
+		out, closed := newModel(1 << 20).run(tr.In)
+		if !bytes.Equal(out, tr.Out) || closed != tr.Closed {
 			t.Errorf("%s:%d %s:\nmemcached (closed %v): %q\ndecoder+model (closed %v): %q",
-				path, tr.line, tr.title, tr.closed, tr.out, closed, out)
+				path, tr.Line, tr.Title, tr.Closed, tr.Out, closed, out)
 		}
 	}
 }

@@ -3,13 +3,10 @@ package text
 import (
 	"bytes"
 	"errors"
-	"net"
-	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"kvd/protocol/text/texttest"
 )
 
 // These tests ask the real memcached: each input runs against a fresh
@@ -17,90 +14,6 @@ import (
 // (model_test.go); replies and the close/keep-open verdict must match byte
 // for byte. Without memcached they skip loudly; KVD_REQUIRE_TOOLS=1 makes
 // that a failure.
-
-// startMemcached starts memcached on a free loopback port and returns its
-// address; it is stopped when the test ends.
-func startMemcached(t testing.TB, extra ...string) string {
-	t.Helper()
-	bin, err := exec.LookPath("memcached")
-	if err != nil {
-		if os.Getenv("KVD_REQUIRE_TOOLS") == "1" {
-			t.Fatalf("memcached not on PATH and KVD_REQUIRE_TOOLS=1")
-		}
-		t.Skip("SKIPPED: Debian memcached not on PATH; these checks did not run")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	args := append([]string{"-p", strconv.Itoa(port), "-U", "0", "-l", "127.0.0.1"}, extra...)
-	if os.Geteuid() == 0 {
-		args = append(args, "-u", "root")
-	}
-	cmd := exec.Command(bin, args...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	for i := 0; i < 200; i++ {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return addr
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("memcached did not listen on %s", addr)
-	return ""
-}
-
-// ask sends in on a new connection and collects what comes back: until the
-// reply ends in sentinelReply when sentinel is set (in ends with
-// sentinelCommand), else
-// until the server closes or stays silent for 300 ms after taking all of in.
-func ask(t testing.TB, addr string, in []byte, sentinel bool) (out []byte, closed bool) {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	written := make(chan struct{})
-	go func() { c.Write(in); close(written) }()
-	buf := make([]byte, 64<<10)
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-		n, err := c.Read(buf)
-		out = append(out, buf[:n]...)
-		if sentinel && bytes.HasSuffix(out, []byte(sentinelReply)) {
-			return out, false
-		}
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			if time.Now().After(deadline) {
-				t.Fatalf("no complete answer from memcached in 10 s to %d bytes", len(in))
-			}
-			select {
-			case <-written:
-				if !sentinel {
-					return out, false
-				}
-			default:
-			}
-			continue
-		}
-		if err != nil {
-			return out, true
-		}
-	}
-}
-
-// The sentinel is a command whose reply no test input produces.
-const (
-	sentinelCommand = "mg kvd-end k\r\n"
-	sentinelReply   = "EN kkvd-end\r\n"
-)
 
 // withSentinel appends the sentinel command to in when the model says in ends on a
 // command boundary with the connection open, so that ask knows when
@@ -110,7 +23,7 @@ func withSentinel(in string) ([]byte, bool) {
 	if closed || pending {
 		return []byte(in), false
 	}
-	return []byte(in + sentinelCommand), true
+	return []byte(in + texttest.SentinelCommand), true
 }
 
 type hostileCase struct {
@@ -207,9 +120,9 @@ var hostileCases = []hostileCase{
 func TestHostileAgainstMemcached(t *testing.T) {
 	for _, tc := range hostileCases {
 		t.Run(tc.name, func(t *testing.T) {
-			addr := startMemcached(t)
+			addr := texttest.StartMemcached(t)
 			in, sentinel := withSentinel(tc.in)
-			want, wantClosed := ask(t, addr, in, sentinel)
+			want, wantClosed := texttest.Ask(t, addr, in, sentinel)
 			got, gotClosed := newModel(1 << 20).run(in)
 			if !bytes.Equal(got, want) || gotClosed != wantClosed {
 				t.Errorf("input %q\nmemcached (closed %v):\n%q\ndecoder+model (closed %v):\n%q",

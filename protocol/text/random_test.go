@@ -2,167 +2,37 @@ package text
 
 import (
 	"bytes"
-	"encoding/base64"
 	"flag"
-	"fmt"
-	"math/rand/v2"
-	"regexp"
-	"strconv"
-	"strings"
 	"testing"
+
+	"kvd/protocol/text/texttest"
 )
 
 // TestRandomPipelines sends seeded random pipelines of classic and meta
 // commands (and some malformed ones) to a fresh memcached per seed and to
 // the decoder driving the model, and compares the replies byte for byte.
-// Commands avoid time (every TTL is 0) and the item facts the model does
-// not keep (h, l, stale items, win tokens).
+// The generator (package texttest) avoids time and the item facts the
+// model does not keep.
 var randomSeeds = flag.Int("seeds", 10, "TestRandomPipelines: number of seeds (1000 commands each)")
 
 func TestRandomPipelines(t *testing.T) {
 	const perSeed = 1000
 	seeds, total := uint64(*randomSeeds), 0
 	for seed := uint64(1); seed <= seeds; seed++ {
-		addr := startMemcached(t)
-		g := &pipelineGen{rng: rand.New(rand.NewPCG(seed, 15))}
+		addr := texttest.StartMemcached(t)
+		g := texttest.NewGen(seed, texttest.GenOptions{})
 		var in bytes.Buffer
 		for range perSeed {
-			g.command(&in)
+			g.Command(&in)
 		}
-		in.WriteString(sentinelCommand)
+		in.WriteString(texttest.SentinelCommand)
 		total += perSeed
-		want, wantClosed := ask(t, addr, in.Bytes(), true)
+		want, wantClosed := texttest.Ask(t, addr, in.Bytes(), true)
 		got, gotClosed := newModel(1 << 20).run(in.Bytes())
-		want, got = normalizeCAS(want), normalizeCAS(got)
+		want, got = texttest.NormalizeCAS(want), texttest.NormalizeCAS(got)
 		if !bytes.Equal(got, want) || gotClosed != wantClosed {
-			t.Errorf("seed %d: first difference:\n%s", seed, firstDiff(in.Bytes(), want, got))
+			t.Errorf("seed %d: first difference:\n%s", seed, texttest.FirstDiff(in.Bytes(), want, got))
 		}
 	}
 	t.Logf("%d random commands over %d seeds", total, seeds)
-}
-
-var casPattern = regexp.MustCompile(`(?m)(^VALUE \S+ \d+ \d+ | c)(\d+)`)
-
-// normalizeCAS renames CAS values in order of appearance (0 stays 0): the
-// model numbers items differently from memcached, which spends CAS ids on
-// some failed stores too.
-func normalizeCAS(out []byte) []byte {
-	names := map[string]string{"0": "0"}
-	return casPattern.ReplaceAllFunc(out, func(m []byte) []byte {
-		sub := casPattern.FindSubmatch(m)
-		name, ok := names[string(sub[2])]
-		if !ok {
-			name = "#" + strconv.Itoa(len(names))
-			names[string(sub[2])] = name
-		}
-		return append(append([]byte(nil), sub[1]...), name...)
-	})
-}
-
-// firstDiff shows where two transcripts part.
-func firstDiff(in, want, got []byte) string {
-	i := 0
-	for i < len(want) && i < len(got) && want[i] == got[i] {
-		i++
-	}
-	from := max(0, i-200)
-	return fmt.Sprintf("memcached: %q\nmodel:     %q\n(input %d bytes)", want[from:min(len(want), i+200)],
-		got[from:min(len(got), i+200)], len(in))
-}
-
-type pipelineGen struct{ rng *rand.Rand }
-
-func (g *pipelineGen) pick(options ...string) string { return options[g.rng.IntN(len(options))] }
-
-func (g *pipelineGen) key() string { return "k" + strconv.Itoa(g.rng.IntN(6)) }
-
-func (g *pipelineGen) value() string {
-	switch g.rng.IntN(4) {
-	case 0:
-		return strconv.FormatUint(g.rng.Uint64()>>g.rng.IntN(64), 10)
-	case 1:
-		return ""
-	}
-	return strings.Repeat(g.pick("a", "b", "xy", "9"), g.rng.IntN(5)+1)
-}
-
-func (g *pipelineGen) noreply() string {
-	if g.rng.IntN(5) == 0 {
-		return " noreply"
-	}
-	return ""
-}
-
-func (g *pipelineGen) command(w *bytes.Buffer) {
-	switch g.rng.IntN(16) {
-	case 0, 1:
-		fmt.Fprintf(w, "%s %s %s\r\n", g.pick("get", "gets"), g.key(), g.key())
-	case 2, 3:
-		v := g.value()
-		fmt.Fprintf(w, "%s %s %d 0 %d%s\r\n%s\r\n", g.pick("set", "add", "replace", "append", "prepend"),
-			g.key(), g.rng.IntN(70000), len(v), g.noreply(), v)
-	case 4:
-		v := g.value()
-		fmt.Fprintf(w, "cas %s 0 0 %d %d%s\r\n%s\r\n", g.key(), len(v), 1000000+g.rng.IntN(30), g.noreply(), v)
-	case 5:
-		// No decr: memcached pads a shorter result with spaces in place, or
-		// stores a new item of the exact length when another thread holds
-		// the item at that moment, so what a later read sees is random.
-		fmt.Fprintf(w, "incr %s %d%s\r\n", g.key(), g.rng.IntN(1000), g.noreply())
-	case 6:
-		fmt.Fprintf(w, "%s %s%s\r\n", g.pick("delete", "touch"), g.key(), g.pick("", " 0"))
-	case 7:
-		fmt.Fprintf(w, "%s 0 %s\r\n", g.pick("gat", "gats"), g.key())
-	case 8, 9:
-		g.metaGet(w)
-	case 10, 11:
-		g.metaSet(w)
-	case 12:
-		fmt.Fprintf(w, "md %s%s%s\r\n", g.metaKey(), g.flag("q", "O1", "k", "C"+strconv.Itoa(1000000+g.rng.IntN(30))), g.flag("q", "k"))
-	case 13:
-		fmt.Fprintf(w, "ma %s%s%s%s%s\r\n", g.metaKey(), g.flag("N0", "J7", "D3", "MI", "M+"), g.flag("v", "q", "t"),
-			g.flag("c", "O9", "k"), g.flag("v"))
-	case 14:
-		w.WriteString(g.pick("mn\r\n", "version\r\n", "verbosity 1\r\n", "flush_all\r\n", "bogus\r\n", "get\r\n",
-			"set k1 0 0 2\r\nabc\r\n", "set k2 x 0 1\r\nz\r\n", "mg k1 zz\r\n", "ms k3 2 MZ\r\nhi\r\n", "incr k1 -1\r\n"))
-	default:
-		fmt.Fprintf(w, "mn\r\n")
-	}
-}
-
-// metaKey is a key, sometimes in base64 with the b flag.
-func (g *pipelineGen) metaKey() string {
-	k := g.key()
-	if g.rng.IntN(4) == 0 {
-		return base64.StdEncoding.EncodeToString([]byte(k)) + " b"
-	}
-	return k
-}
-
-// flag is " f" for one of the options, or nothing.
-func (g *pipelineGen) flag(options ...string) string {
-	if g.rng.IntN(3) == 0 {
-		return ""
-	}
-	return " " + g.pick(options...)
-}
-
-func (g *pipelineGen) metaGet(w *bytes.Buffer) {
-	fmt.Fprintf(w, "mg %s", g.metaKey())
-	seen := map[string]bool{}
-	for range g.rng.IntN(6) {
-		f := g.pick("v", "f", "t", "c", "s", "k", "O42", "q")
-		if !seen[f] {
-			seen[f] = true
-			w.WriteString(" " + f)
-		}
-	}
-	w.WriteString("\r\n")
-}
-
-func (g *pipelineGen) metaSet(w *bytes.Buffer) {
-	v := g.value()
-	fmt.Fprintf(w, "ms %s %d%s%s%s%s\r\n%s\r\n", g.metaKey(), len(v), g.flag("T0", "F7", "F99"),
-		g.flag("ME", "MA", "MP", "MR", "MS"), g.flag("c", "q", "k", "O5"),
-		g.flag("C"+strconv.Itoa(1000000+g.rng.IntN(30))), v)
 }
