@@ -67,6 +67,7 @@ type conn struct {
 
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set (see park)
+	finSent      atomic.Bool  // shutting down: the last reply went, followed by FIN
 
 	mu   sync.Mutex
 	done *batch // guarded by mu: finished batch waiting to be collected
@@ -80,6 +81,9 @@ func newConn(s *Server, gc netConn, remote string) *conn {
 // onTraffic collects a finished batch, serves as much input as it can, and
 // flushes the replies with one write.
 func (c *conn) onTraffic() gnet.Action {
+	if c.srv.stopping.Load() {
+		return c.onShutdown()
+	}
 	c.collectDone()
 	action := c.serve()
 	if len(c.out) > 0 {

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -155,32 +153,6 @@ func (s *Server) Start() error {
 
 // Addr is the protocol address the server listens on.
 func (s *Server) Addr() string { return s.opts.Listen }
-
-// Shutdown stops accepting, closes connections, waits for commands in flight
-// to finish (their mutations are durable), and closes the engine, which
-// flushes Pebble.
-func (s *Server) Shutdown(ctx context.Context) error {
-	if !s.stopping.CompareAndSwap(false, true) {
-		return errors.New("server: already shut down")
-	}
-	close(s.stopHouse)
-	<-s.houseDone
-	err := s.eng.Stop(ctx)
-	if rerr := <-s.runErr; err == nil && rerr != nil && !errors.Is(rerr, context.Canceled) {
-		err = rerr
-	}
-	waited := make(chan struct{})
-	go func() { s.stopWorkers(); close(waited) }()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if cerr := s.db.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
 
 // Close releases the engine of a server that was never started.
 func (s *Server) Close() error { return s.db.Close() }
