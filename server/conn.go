@@ -64,6 +64,7 @@ type conn struct {
 	inflight *batch // batch executing off the loop, nil when none
 	collect  *batch // batch being assembled in this pass
 	quitting bool   // QUIT seen: close after flushing
+	usersGen uint64 // the users generation this connection last checked (revoke.go)
 
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set (see park)
@@ -75,7 +76,7 @@ type conn struct {
 }
 
 func newConn(s *Server, gc netConn, remote string) *conn {
-	return &conn{srv: s, gc: gc, remote: remote}
+	return &conn{srv: s, gc: gc, remote: remote, usersGen: s.usersGen.Load()}
 }
 
 // onTraffic collects a finished batch, serves as much input as it can, and
@@ -110,6 +111,9 @@ func (c *conn) onTraffic() gnet.Action {
 func (c *conn) serve() gnet.Action {
 	defer c.dispatch()
 	for c.inflight == nil && !c.quitting {
+		if c.checkUsers(); c.quitting {
+			return gnet.None
+		}
 		buf := c.peekFrame()
 		if len(buf) == 0 {
 			c.partialSince.Store(0)

@@ -102,6 +102,7 @@ func (c *conn) saslAuth(req *mc.Request) {
 	}
 	name, password := string(parts[1]), bytes.Clone(parts[2])
 	c.startControl(req, func(b *batch) {
+		gen := c.srv.usersGen.Load() // the users this login was checked against
 		user, err := c.srv.users.Authenticate(name, password)
 		if err != nil {
 			c.srv.log.Warn("login refused", "user", name, "remote", c.remote)
@@ -110,7 +111,7 @@ func (c *conn) saslAuth(req *mc.Request) {
 			return
 		}
 		b.out = c.appendReply(b.out, b.reqs[0].hdr, mc.StatusOK, 0, nil, nil, []byte("Authenticated"))
-		b.after = func(c *conn) { c.login(user) }
+		b.after = func(c *conn) { c.login(user); c.usersGen = gen }
 	})
 }
 

@@ -40,6 +40,7 @@ func (s *Server) Reconfigure(next Options) (needRestart []string, err error) {
 		return nil, err
 	}
 	s.lim.Store(limitsOf(&next))
+	s.revoke()
 	if err := s.reconfigureIngress(&next.Ingress); err != nil {
 		return nil, err
 	}

@@ -85,18 +85,14 @@ func (s *Server) drain(ctx context.Context) {
 // wakeUnfinished wakes the loop of every open connection that has not sent
 // its FIN yet, and returns how many it woke.
 func (cs *connSet) wakeUnfinished() int {
-	cs.mu.Lock()
-	var left []*conn
-	for c := range cs.m {
+	left := 0
+	for _, c := range cs.snapshot() {
 		if !c.finSent.Load() {
-			left = append(left, c)
+			left++
+			_ = c.gc.Wake(nil)
 		}
 	}
-	cs.mu.Unlock()
-	for _, c := range left {
-		_ = c.gc.Wake(nil)
-	}
-	return len(left)
+	return left
 }
 
 // onShutdown is the loop's pass over a connection once the server is
