@@ -299,9 +299,14 @@ func (c *conn) setNodeThrottle(req *mc.Request) {
 
 // stats answers STAT: one reply per statistic, then an empty terminator.
 // Groups: "" (general), "bucket_details [name]", "throttle", "ingress". An
-// unknown group gets 0x01. The figures are gathered by the Server (stats.go);
-// this only encodes them.
+// unknown group gets 0x01. Without an anonymous bucket an unauthenticated
+// connection gets 0x24 for every group. The figures are gathered by the
+// Server (stats.go); this only encodes them.
 func (c *conn) stats(req *mc.Request) {
+	if c.user == nil && c.srv.limits().AnonymousBucket == "" {
+		c.replyError(req, mc.StatusAccessDenied, "authenticate first: no anonymous access")
+		return
+	}
 	group, arg, _ := strings.Cut(string(req.Key), " ")
 	emit := func(name string, value []byte) { c.reply(req, mc.StatusOK, 0, nil, []byte(name), value) }
 	st, reason := mc.StatusOK, ""
