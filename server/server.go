@@ -43,6 +43,7 @@ type Server struct {
 	currConns  atomic.Int64
 	totalConns atomic.Int64
 	work       workers
+	logins     *loginGate // paces and verifies SASL attempts (login.go)
 	metrics    *metrics
 
 	stopHouse chan struct{}
@@ -81,6 +82,7 @@ func New(opts Options) (*Server, error) {
 		stopHouse: make(chan struct{}),
 		houseDone: make(chan struct{}),
 		throttle:  tenant.NewThrottle(opts.NodeCapacity, opts.Now()),
+		logins:    newLoginGate(opts.Now),
 	}
 	if err := s.open(); err != nil {
 		_ = db.Close()
