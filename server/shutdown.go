@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
-	"golang.org/x/sys/unix"
+	"syscall"
 
 	mc "kvd/protocol/binary"
 )
@@ -169,7 +169,7 @@ func (c *conn) sendFIN() gnet.Action {
 	if !ok {
 		return gnet.Close
 	}
-	if err := unix.Shutdown(sock.Fd(), unix.SHUT_WR); err != nil {
+	if err := syscall.Shutdown(sock.Fd(), syscall.SHUT_WR); err != nil {
 		return gnet.Close
 	}
 	c.finSent.Store(true)
