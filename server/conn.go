@@ -64,7 +64,7 @@ type conn struct {
 	inflight *batch // batch executing off the loop, nil when none
 	collect  *batch // batch being assembled in this pass
 	quitting bool   // QUIT seen: close after flushing
-	usersGen uint64 // the users generation this connection last checked (revoke.go)
+	usersGen uint64 // the users generation this connection last checked (reload.go: revoke)
 
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set (see park)

@@ -40,7 +40,7 @@
 // or scrape time from counters the data path keeps anyway. server.go wires
 // gnet and the housekeeping goroutine (throttle ticks, prober, idle sweep),
 // shutdown.go the drain at shutdown; options.go and reload.go hold the
-// options and their reload, revoke.go how a reload reaches open
+// options and their reload, and how a reload reaches open
 // connections.
 //
 // A GET of a resident item: conn.go (serve, handle, precheck) → admit.go

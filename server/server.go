@@ -37,7 +37,7 @@ type Server struct {
 	booted   chan struct{}
 	runErr   chan error
 	stopping atomic.Bool
-	usersGen atomic.Uint64 // bumped by each reload; see revoke.go
+	usersGen atomic.Uint64 // bumped by each reload; see Server.revoke in reload.go
 
 	conns      connSet
 	currConns  atomic.Int64
