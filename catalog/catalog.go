@@ -121,16 +121,8 @@ func Open(o Options) (*Catalog, error) {
 	if err := c.loadNode(); err != nil {
 		return nil, err
 	}
-	for _, info := range c.db.Buckets() {
-		set, err := tenant.ParseSettings(info.Settings, c.Defaults())
-		if err != nil {
-			return nil, fmt.Errorf("catalog: persisted settings of bucket %q: %w", info.Name, err)
-		}
-		store, err := c.db.Bucket(info.Name)
-		if err != nil {
-			return nil, err
-		}
-		c.register(store, set)
+	if err := c.loadBuckets(); err != nil {
+		return nil, err
 	}
 	if o.Cluster != nil {
 		if err := c.join(o.Now, *o.Cluster); err != nil {
@@ -148,6 +140,31 @@ func (c *Catalog) Cluster() *Cluster { return c.cl.Load() }
 func (c *Catalog) Close() error {
 	if cl := c.cl.Load(); cl != nil {
 		return cl.Close()
+	}
+	return nil
+}
+
+// loadBuckets registers every bucket the engine has, their throttles all
+// at once (tenant.Throttle.AddMany: linear in the number of buckets).
+func (c *Catalog) loadBuckets() error {
+	infos := c.db.Buckets()
+	sets := make([]tenant.Settings, len(infos))
+	limits := make([]tenant.BucketLimits, len(infos))
+	for i, info := range infos {
+		set, err := tenant.ParseSettings(info.Settings, c.Defaults())
+		if err != nil {
+			return fmt.Errorf("catalog: persisted settings of bucket %q: %w", info.Name, err)
+		}
+		r, h := c.localLimits(set)
+		sets[i], limits[i] = set, tenant.BucketLimits{Name: info.Name, Reserved: r, HardLimit: h}
+	}
+	thrs := c.throttle.AddMany(limits)
+	for i, info := range infos {
+		store, err := c.db.Bucket(info.Name)
+		if err != nil {
+			return err
+		}
+		c.registerWith(store, sets[i], thrs[i])
 	}
 	return nil
 }
@@ -240,10 +257,14 @@ func (c *Catalog) createLocked(name string, set tenant.Settings, who string) (*B
 }
 
 func (c *Catalog) register(store *engine.Bucket, set tenant.Settings) *Bucket {
-	b := &Bucket{name: store.Name(), store: store}
-	b.settings.Store(&set)
 	r, h := c.localLimits(set)
-	b.thr = c.throttle.Add(b.name, r, h)
+	return c.registerWith(store, set, c.throttle.Add(store.Name(), r, h))
+}
+
+// registerWith registers a bucket whose throttle is already added.
+func (c *Catalog) registerWith(store *engine.Bucket, set tenant.Settings, thr *tenant.BucketThrottle) *Bucket {
+	b := &Bucket{name: store.Name(), store: store, thr: thr}
+	b.settings.Store(&set)
 	c.obs.BucketAdded(b)
 	c.regMu.Lock()
 	c.reg[b.name] = b

@@ -76,9 +76,11 @@ type conn struct {
 	quitting bool      // QUIT seen: close after flushing
 	proto    uint8     // protoUnknown until the first byte, then protoBinary or protoText
 	txt      *textConn // text/meta protocol state, nil for binary
+	usersGen uint64    // the users generation this connection last checked (reload.go: revoke)
 
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set (see park)
+	finSent      atomic.Bool  // shutting down: the last reply went, followed by FIN
 
 	mu   sync.Mutex
 	done *batch // guarded by mu: finished batch waiting to be collected
@@ -86,12 +88,15 @@ type conn struct {
 }
 
 func newConn(s *Server, gc netConn, remote string) *conn {
-	return &conn{srv: s, gc: gc, remote: remote}
+	return &conn{srv: s, gc: gc, remote: remote, usersGen: s.usersGen.Load()}
 }
 
 // onTraffic collects a finished batch, serves as much input as it can, and
 // flushes the replies with one write.
 func (c *conn) onTraffic() gnet.Action {
+	if c.srv.stopping.Load() {
+		return c.onShutdown()
+	}
 	c.collectDone()
 	action := c.serve()
 	if len(c.out) > 0 {
@@ -129,6 +134,9 @@ func (c *conn) serve() gnet.Action {
 	}
 	defer c.dispatch()
 	for c.inflight == nil && !c.quitting {
+		if c.checkUsers(); c.quitting {
+			return gnet.None
+		}
 		if len(c.out) > c.srv.opts.MaxConnBuffer {
 			// Replies answered on the loop (resident GETs) can pass the
 			// limit within one pass: stop here, as onTraffic would after

@@ -88,30 +88,23 @@ func (c *conn) hello(req *mc.Request) {
 	c.reply(req, mc.StatusOK, 0, nil, nil, reply)
 }
 
-// saslAuth verifies PLAIN credentials on a worker (password hashing is slow
-// by design) and applies the result on the loop.
+// saslAuth checks the form of PLAIN credentials on the loop and hands the
+// verification to the login gate (login.go), which paces attempts per
+// remote address and verifies them on its own small pool; the answer comes
+// back like a batch's.
 func (c *conn) saslAuth(req *mc.Request) {
 	if string(req.Key) != "PLAIN" {
 		c.replyError(req, mc.StatusAuthError, "unsupported mechanism: use PLAIN")
 		return
 	}
-	parts := bytes.SplitN(req.Value, []byte{0}, 3)
-	if len(parts) != 3 {
+	if bytes.Count(req.Value, []byte{0}) < 2 {
 		c.replyError(req, mc.StatusAuthError, "malformed PLAIN credentials")
 		return
 	}
-	name, password := string(parts[1]), bytes.Clone(parts[2])
-	c.startControl(req, func(b *batch) {
-		user, err := c.srv.users.Authenticate(name, password)
-		if err != nil {
-			c.srv.log.Warn("login refused", "user", name, "remote", c.remote)
-			st, reason := statusOf(err)
-			b.out = c.appendError(b.out, b.reqs[0].hdr, st, reason, nil)
-			return
-		}
-		b.out = c.appendReply(b.out, b.reqs[0].hdr, mc.StatusOK, 0, nil, nil, []byte("Authenticated"))
-		b.after = func(c *conn) { c.login(user) }
-	})
+	b := newBatch(c, c.bucket)
+	b.add(req)
+	c.inflight = b
+	c.srv.logins.submit(c.remote, b)
 }
 
 // login makes user the connection's identity. Like Couchbase, it selects the
@@ -316,10 +309,14 @@ func (c *conn) setNodeThrottle(req *mc.Request) {
 
 // stats answers STAT: one reply per statistic, then an empty terminator.
 // Groups: "" (general), "bucket_details [name]", "throttle", "ingress",
-// "cluster" (cluster mode). An
-// unknown group gets 0x01. The figures are gathered by the Server (stats.go);
-// this only encodes them.
+// "cluster" (cluster mode). An unknown group gets 0x01. Without an anonymous
+// bucket an unauthenticated connection gets 0x24 for every group. The
+// figures are gathered by the Server (stats.go); this only encodes them.
 func (c *conn) stats(req *mc.Request) {
+	if c.user == nil && c.srv.limits().AnonymousBucket == "" {
+		c.replyError(req, mc.StatusAccessDenied, "authenticate first: no anonymous access")
+		return
+	}
 	group, arg, _ := strings.Cut(string(req.Key), " ")
 	emit := func(name string, value []byte) { c.reply(req, mc.StatusOK, 0, nil, []byte(name), value) }
 	st, reason := mc.StatusOK, ""

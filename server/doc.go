@@ -43,15 +43,19 @@
 //
 // control.go answers the other commands (HELLO, SASL, SELECT_BUCKET, STAT,
 // the throttle and bucket admin commands); those that do I/O or slow work
-// run as a one-command batch on a worker, like data. stats.go gathers the
+// run as a one-command batch on a worker, like data; SASL_AUTH goes to
+// login.go instead, which paces attempts per remote address and verifies
+// passwords on its own small pool. stats.go gathers the
 // STAT groups, metrics.go the Prometheus figures; both are read at request
 // or scrape time from counters the data path keeps anyway. server.go wires
-// gnet, the housekeeping goroutine (throttle ticks, then in a cluster
+// gnet and the housekeeping goroutine (throttle ticks, then in a cluster
 // catalog.TickCluster, which publishes the node's demand and applies its
-// shares; prober, idle sweep) and shutdown; options.go and reload.go hold
-// the options and their reload. cluster.go is the server's side of cluster
+// shares; prober, idle sweep); shutdown.go the drain at shutdown; options.go
+// and reload.go hold the options, their reload, and how a reload reaches
+// open connections (revocation). cluster.go is the server's side of cluster
 // mode (Options.Cluster): users that arrive from etcd, STAT cluster and the
-// cluster's metrics; the catalog does the rest.
+// cluster's metrics; the catalog does the rest. login.go verifies passwords
+// on a small pool of its own, paced per remote address.
 //
 // A GET of a resident item: conn.go (serve, handle, precheck) → admit.go
 // (admit, checkThrottle, runOrCollect, serveResident) → reply.go

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -40,11 +38,13 @@ type Server struct {
 	booted   chan struct{}
 	runErr   chan error
 	stopping atomic.Bool
+	usersGen atomic.Uint64 // bumped by each reload; see Server.revoke in reload.go
 
 	conns      connSet
 	currConns  atomic.Int64
 	totalConns atomic.Int64
 	work       workers
+	logins     *loginGate // paces and verifies SASL attempts (login.go)
 	metrics    *metrics
 
 	stopHouse chan struct{}
@@ -83,6 +83,7 @@ func New(opts Options) (*Server, error) {
 		stopHouse: make(chan struct{}),
 		houseDone: make(chan struct{}),
 		throttle:  tenant.NewThrottle(opts.NodeCapacity, opts.Now()),
+		logins:    newLoginGate(opts.Now),
 	}
 	s.deadline.SetDemandRule(ingress.DemandHeadroom) // docs/deadline-admission.md: why not the seed's
 	if err := s.open(); err != nil {
@@ -161,35 +162,6 @@ func (s *Server) Start() error {
 
 // Addr is the protocol address the server listens on.
 func (s *Server) Addr() string { return s.opts.Listen }
-
-// Shutdown stops accepting, closes connections, waits for commands in flight
-// to finish (their mutations are durable), and closes the engine, which
-// flushes Pebble.
-func (s *Server) Shutdown(ctx context.Context) error {
-	if !s.stopping.CompareAndSwap(false, true) {
-		return errors.New("server: already shut down")
-	}
-	close(s.stopHouse)
-	<-s.houseDone
-	err := s.eng.Stop(ctx)
-	if rerr := <-s.runErr; err == nil && rerr != nil && !errors.Is(rerr, context.Canceled) {
-		err = rerr
-	}
-	waited := make(chan struct{})
-	go func() { s.stopWorkers(); close(waited) }()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if cerr := s.cat.Close(); err == nil {
-		err = cerr
-	}
-	if cerr := s.db.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
 
 // Close releases the engine (and leaves the cluster) of a server that was
 // never started.

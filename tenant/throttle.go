@@ -101,14 +101,31 @@ func NewThrottle(capacity int64, now time.Time) *Throttle {
 // reservation and, until the next tick, no share of its own: it takes from
 // the spare like everyone else.
 func (t *Throttle) Add(name string, reserved, hardLimit int64) *BucketThrottle {
-	b := &BucketThrottle{name: name}
-	b.reserved.Store(reserved)
-	b.hardLimit.Store(hardLimit)
+	return t.AddMany([]BucketLimits{{Name: name, Reserved: reserved, HardLimit: hardLimit}})[0]
+}
+
+// BucketLimits names a bucket and its throttle limits, for AddMany.
+type BucketLimits struct {
+	Name                string
+	Reserved, HardLimit int64
+}
+
+// AddMany registers several buckets as Add does, with one refresh of the
+// node's shares for all of them: registering n buckets one by one costs
+// O(n²), at once O(n) (a start with 100,000 buckets).
+func (t *Throttle) AddMany(list []BucketLimits) []*BucketThrottle {
+	out := make([]*BucketThrottle, len(list))
+	for i, l := range list {
+		b := &BucketThrottle{name: l.Name}
+		b.reserved.Store(l.Reserved)
+		b.hardLimit.Store(l.HardLimit)
+		out[i] = b
+	}
 	t.mu.Lock()
-	t.buckets = append(t.buckets, b)
+	t.buckets = append(t.buckets, out...)
 	t.refreshLocked()
 	t.mu.Unlock()
-	return b
+	return out
 }
 
 // Remove unregisters a bucket; its reservation returns to the free pool.

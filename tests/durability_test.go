@@ -320,6 +320,9 @@ func runSetter(c *rawConn, g int, l *writerLog) {
 			l.err = err
 			return
 		}
+		if shuttingDown(res) {
+			continue // not acknowledged; the next read finds the connection closed
+		}
 		if res.Opcode != mc.OpSet || res.Opaque != i || res.Status != mc.StatusOK {
 			l.problem = fmt.Sprintf("SET %s: reply %v opaque %d status %v %q", key, res.Opcode, res.Opaque, res.Status, res.Value)
 			return
@@ -327,6 +330,12 @@ func runSetter(c *rawConn, g int, l *writerLog) {
 		l.acked[key] = val
 	}
 	l.problem = "the stop did not cut the connection within 20 s"
+}
+
+// shuttingDown reports whether res is the 0x86 "shutting down" a command
+// gets, without running, when it arrives during a SIGTERM drain.
+func shuttingDown(res *mc.Response) bool {
+	return res.Status == mc.StatusTemporaryFailure && strings.Contains(string(res.Value), "shutting down")
 }
 
 // runIncrementer INCRs one counter (created at 1) until the connection
@@ -340,6 +349,9 @@ func runIncrementer(c *rawConn, g int, l *writerLog) {
 		if err != nil {
 			l.err = err
 			return
+		}
+		if shuttingDown(res) {
+			continue // not applied; the next read finds the connection closed
 		}
 		if res.Opcode != mc.OpIncrement || res.Opaque != i || res.Status != mc.StatusOK || len(res.Value) != 8 {
 			l.problem = fmt.Sprintf("INCR %s: reply %v opaque %d status %v %q", l.counter, res.Opcode, res.Opaque, res.Status, res.Value)

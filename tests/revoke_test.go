@@ -1,0 +1,100 @@
+package tests
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	mc "kvd/protocol/binary"
+)
+
+// revokeConfig has alice on "app" (and "other" when both), bob on "other",
+// carol Unthrottled on "app" unless demoted, and no anonymous bucket.
+func revokeConfig(aliceBoth, withBob, carolUnthrottled bool) string {
+	alice := `["app"]`
+	if aliceBoth {
+		alice = `["app", "other"]`
+	}
+	users := `{"name": "alice", "password": "alice-pw", "buckets": ` + alice + `}`
+	if withBob {
+		users += `, {"name": "bob", "password": "bob-pw", "buckets": ["other"]}`
+	}
+	priv := `[]`
+	if carolUnthrottled {
+		priv = `["Unthrottled"]`
+	}
+	users += `, {"name": "carol", "password": "carol-pw", "buckets": ["app"], "privileges": ` + priv + `}`
+	return `{"buckets": [{"name": "app"}, {"name": "other", "reserved": 1, "hard_limit": 1}],
+  "max_throttle_wait_ms": 60000, "users": [` + users + `]}`
+}
+
+// TestRevocationReachesOpenConnections edits the watched config while
+// connections are open: alice loses "other" (which her open connection
+// has selected), bob is deleted, carol loses Unthrottled. Within 10 s of
+// the edit alice's open connection gets 0x08 on "other" and keeps "app"
+// on another connection, bob's idle connection is closed without sending
+// anything, the admin log names the connections, and bob cannot log in.
+func TestRevocationReachesOpenConnections(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, revokeConfig(true, true, true))
+	aliceOther := login(t, k.Addr, "alice", "alice-pw", "other")
+	aliceApp := login(t, k.Addr, "alice", "alice-pw", "app")
+	bob := login(t, k.Addr, "bob", "bob-pw", "other")
+	for _, c := range []*rawConn{aliceOther, aliceApp, bob} {
+		c.expectStatus("SET before the edit", set("k", "v"), mc.StatusOK)
+	}
+	if err := os.WriteFile(k.Config, []byte(revokeConfig(false, false, false)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	edited := time.Now()
+	waitFor(t, 10*time.Second, "alice's open connection losing bucket other", func() bool {
+		res := aliceOther.call(get("k"))
+		if res.Status != mc.StatusOK && res.Status != mc.StatusNoBucket {
+			t.Fatalf("GET on a revoked bucket: status 0x%02x %q", uint16(res.Status), res.Value)
+		}
+		return res.Status == mc.StatusNoBucket
+	})
+	t.Logf("bucket revoked on the open connection %v after the edit", time.Since(edited))
+	if !bob.closed(10*time.Second - time.Since(edited)) {
+		t.Fatalf("deleted user's idle connection still open 10 s after the edit")
+	}
+	aliceApp.expectStatus("GET on the bucket alice keeps", get("k"), mc.StatusOK)
+	if st := aliceOther.selectBucket("other"); st != mc.StatusAccessDenied {
+		t.Errorf("alice re-selecting other: status 0x%02x, want 0x24", uint16(st))
+	}
+	d := dialRaw(t, k.Addr)
+	if res := d.call(&mc.Request{Magic: mc.MagicRequest, Opcode: mc.OpSASLAuth, Key: []byte("PLAIN"),
+		Value: []byte("\x00bob\x00bob-pw")}); res.Status != mc.StatusAuthError {
+		t.Errorf("deleted user's login: status 0x%02x, want 0x20", uint16(res.Status))
+	}
+	log := k.Log()
+	for _, want := range []string{"user=alice bucket=other", "user=bob reason=\"user deleted"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("admin log lacks %q", want)
+		}
+	}
+}
+
+// TestRevokedUnthrottledIsThrottled demotes an Unthrottled user by a
+// config edit: her open connection is throttled from then on, and the admin
+// log says so.
+func TestRevokedUnthrottledIsThrottled(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, strings.Replace(revokeConfig(true, true, true), `["app"], "privileges"`, `["other"], "privileges"`, 1))
+	carol := login(t, k.Addr, "carol", "carol-pw", "other")
+	carol.hello(featNonBlocking)
+	for i := range 20 {
+		carol.expectStatus("unthrottled SET", reqWith(mc.OpSet, uint32(i), mc.AppendSetExtras(nil, 0, 0), "k", "v"), mc.StatusOK)
+	}
+	cfg := strings.Replace(revokeConfig(true, true, false), `["app"], "privileges"`, `["other"], "privileges"`, 1)
+	if err := os.WriteFile(k.Config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "carol's open connection throttled (0x0c) in a bucket of 1 unit/s", func() bool {
+		return carol.call(set("k", "v")).Status == mc.StatusWouldThrottle
+	})
+	if !strings.Contains(k.Log(), "user=carol from=Unthrottled") {
+		t.Errorf("admin log does not name carol's demoted connection")
+	}
+}

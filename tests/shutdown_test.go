@@ -1,0 +1,131 @@
+package tests
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	mc "kvd/protocol/binary"
+)
+
+// shutdownLoad is one connection of TestShutdownAnswersEverything: the
+// pipeline it wrote in full before SIGTERM, and what it read until the
+// server closed.
+type shutdownLoad struct {
+	c      *rawConn
+	keys   []string
+	values []string
+	data   []byte
+	closed bool
+}
+
+// TestShutdownAnswersEverything sends SIGTERM while connections hold
+// throttled (parked) commands and commands queued for an ingress ticket,
+// and checks that every command each connection wrote before the signal
+// got a reply, in order (a success, or 0x86 "shutting down"), that the
+// server then closed the connection, that kvd exited 0 within 5 s, and
+// that every acknowledged SET is there after a restart.
+func TestShutdownAnswersEverything(t *testing.T) {
+	slow := bucketConfig("slow", 5, 5)
+	busy := map[string]any{"name": "busy", "max_concurrent": 1, "max_queued": 100000, "queue_timeout_ms": 60000}
+	k := startKVD(t, throttleConfig(t, map[string]any{"max_throttle_wait_ms": 60000}, slow, busy))
+	var loads []*shutdownLoad
+	for i := range 8 {
+		loads = append(loads, startShutdownLoad(t, k.Addr, "slow", fmt.Sprintf("s%d", i), 50, 10))
+	}
+	for i := range 32 {
+		loads = append(loads, startShutdownLoad(t, k.Addr, "busy", fmt.Sprintf("b%d", i), 20, 32<<10))
+	}
+	var wg sync.WaitGroup
+	for _, l := range loads {
+		wg.Go(func() { l.data, l.closed = l.c.drainUntilClosed(15 * time.Second) })
+	}
+	time.Sleep(700 * time.Millisecond)
+	start := time.Now()
+	_ = k.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-k.done:
+		if err != nil {
+			t.Fatalf("kvd exit after SIGTERM: %v\n%s", err, k.tail())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("kvd did not exit within 5 s of SIGTERM\n%s", k.tail())
+	}
+	k.cmd = nil
+	took := time.Since(start)
+	wg.Wait()
+	acked, refused := checkShutdownReplies(t, loads)
+	t.Logf("exit %v after SIGTERM; %d SETs acknowledged, %d answered 0x86 shutting down", took, len(acked), refused)
+	if refused == 0 {
+		t.Errorf("no command was answered 0x86 shutting down: the load did not hold parked or queued commands")
+	}
+	k.start()
+	checkAcked(t, k.Addr, acked)
+}
+
+// startShutdownLoad logs in as tenant on bucket and writes a pipeline of n
+// SETs of size-byte values, opaques 1..n, in full.
+func startShutdownLoad(t *testing.T, addr, bucket, prefix string, n, size int) *shutdownLoad {
+	l := &shutdownLoad{c: login(t, addr, "tenant", "tenant-pw", bucket)}
+	var stream []byte
+	for i := range n {
+		key := fmt.Sprintf("%s-%s-%d", bucket, prefix, i)
+		val := key + strings.Repeat("v", size)
+		l.keys, l.values = append(l.keys, key), append(l.values, val)
+		stream = mc.AppendRequest(stream, reqWith(mc.OpSet, uint32(i+1), mc.AppendSetExtras(nil, 0, 0), key, val))
+	}
+	l.c.write(stream)
+	return l
+}
+
+// checkShutdownReplies checks every connection's replies and returns the
+// acknowledged SETs (key → value) and the count of 0x86 "shutting down".
+func checkShutdownReplies(t *testing.T, loads []*shutdownLoad) (acked map[string]string, refused int) {
+	t.Helper()
+	acked = map[string]string{}
+	for li, l := range loads {
+		got, err := parseResponses(l.data)
+		if err != nil {
+			t.Errorf("connection %d: %v", li, err)
+		}
+		if !l.closed {
+			t.Errorf("connection %d: not closed by the server", li)
+		}
+		if len(got) != len(l.keys) {
+			t.Errorf("connection %d: %d replies to %d commands written before SIGTERM", li, len(got), len(l.keys))
+		}
+		for i, res := range got {
+			switch {
+			case res.Opaque != uint32(i+1):
+				t.Fatalf("connection %d: reply %d has opaque %d: out of order", li, i, res.Opaque)
+			case res.Status == mc.StatusOK:
+				acked[l.keys[i]] = l.values[i]
+			case res.Status == mc.StatusTemporaryFailure && strings.Contains(string(res.Value), "shutting down"):
+				refused++
+			default:
+				t.Errorf("connection %d: reply %d: status 0x%02x %q", li, i, uint16(res.Status), res.Value)
+			}
+		}
+	}
+	return acked, refused
+}
+
+// checkAcked reads every acknowledged key back.
+func checkAcked(t *testing.T, addr string, acked map[string]string) {
+	t.Helper()
+	conns := map[string]*rawConn{}
+	for key, want := range acked {
+		bucket, _, _ := strings.Cut(key, "-")
+		c := conns[bucket]
+		if c == nil {
+			c = login(t, addr, "tenant", "tenant-pw", bucket)
+			conns[bucket] = c
+		}
+		if res := c.call(get(key)); res.Status != mc.StatusOK || string(res.Value) != want {
+			t.Fatalf("acknowledged SET %s lost after shutdown: status 0x%02x, %d bytes", key, uint16(res.Status), len(res.Value))
+		}
+	}
+}
