@@ -134,16 +134,7 @@ func (c *conn) serve() gnet.Action {
 	}
 	defer c.dispatch()
 	for c.inflight == nil && !c.quitting {
-		if c.checkUsers(); c.quitting {
-			return gnet.None
-		}
-		if len(c.out) > c.srv.opts.MaxConnBuffer {
-			// Replies answered on the loop (resident GETs) can pass the
-			// limit within one pass: stop here, as onTraffic would after
-			// the write.
-			c.srv.log.Warn("closing connection", "remote", c.remote, "reason", "buffer over limit",
-				"limit", c.srv.opts.MaxConnBuffer)
-			c.quitting = true
+		if !c.mayDecode() {
 			return gnet.None
 		}
 		buf := c.peekFrame()
@@ -172,6 +163,24 @@ func (c *conn) serve() gnet.Action {
 		_, _ = c.gc.Discard(n)
 	}
 	return gnet.None
+}
+
+// mayDecode is checked before each command of either protocol: a reload
+// that revoked the user's access applies before the next command
+// (checkUsers), and replies answered on the loop (resident GETs) that pass
+// the connection's buffer limit within one pass stop it, as onTraffic would
+// after the write.
+func (c *conn) mayDecode() bool {
+	if c.checkUsers(); c.quitting {
+		return false
+	}
+	if len(c.out) > c.srv.opts.MaxConnBuffer {
+		c.srv.log.Warn("closing connection", "remote", c.remote, "reason", "buffer over limit",
+			"limit", c.srv.opts.MaxConnBuffer)
+		c.quitting = true
+		return false
+	}
+	return true
 }
 
 // peekFrame returns the next frame when it is all buffered, or its header

@@ -92,6 +92,9 @@ func (c *conn) serveText() gnet.Action {
 	defer c.dispatch()
 	t := c.txt
 	for c.inflight == nil && !c.quitting {
+		if !c.mayDecode() {
+			return gnet.None
+		}
 		if t.swallow > 0 && !c.swallowText() {
 			return gnet.None
 		}
