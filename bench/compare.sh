@@ -12,10 +12,12 @@
 # --csv FILE (default compare.csv), --kvd-config-extra 'JSON fields' (added to both kvd configs),
 # --ceiling-flags '...', --profile SECONDS (CPU profile of kvd-off during its first -c 32 run,
 # written next to the CSV as kvd-off.pprof).
+# A/B: --kvd-b PATH (another kvd binary) and/or --b-config-extra 'JSON fields' add the servers
+# kvd-off-b and kvd-on-b (name them in --servers), e.g. --servers "ceiling kvd-off kvd-off-b".
 set -euo pipefail
 
 ROUNDS=3 TIME=8s CONC="8 32 128" BIG=1 SERVERS="memcached ceiling kvd-off kvd-on"
-CSV=compare.csv MODE=memcaslap EXTRA="" CEILFLAGS="" PROFILE=0
+CSV=compare.csv MODE=memcaslap EXTRA="" CEILFLAGS="" PROFILE=0 KVDB="" EXTRAB=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--smoke) ROUNDS=1 TIME=2s CONC=32 BIG=0 ;;
@@ -28,6 +30,8 @@ while [ $# -gt 0 ]; do
 	--kvd-config-extra) EXTRA="$2,"; shift ;;
 	--ceiling-flags) CEILFLAGS=$2; shift ;;
 	--profile) PROFILE=$2; shift ;;
+	--kvd-b) KVDB=$(realpath "$2"); shift ;;
+	--b-config-extra) EXTRAB="$2,"; shift ;;
 	--rss) MODE=rss ;;
 	--fsync) MODE=fsync ;;
 	*) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
@@ -49,11 +53,11 @@ echo "# building into $TMP" >&2
 (cd "$ROOT" && go build -o "$TMP/kvd" ./cmd/kvd && go build -o "$TMP/ceiling" ./bench/ceiling &&
 	go build -o "$TMP/kvbench" ./cmd/kvbench)
 
-# kvd_config SYNC: an anonymous bucket, throttling on (reserved 0) but not
+# kvd_config SYNC EXTRA: an anonymous bucket, throttling on (reserved 0) but not
 # binding (node capacity 10^9 units/s).
 kvd_config() {
 	cat <<EOF
-{ $EXTRA "node_capacity": 1000000000, "wal_sync": $1, "anonymous_bucket": "default",
+{ $2 "node_capacity": 1000000000, "wal_sync": $1, "anonymous_bucket": "default",
   "max_connections_per_bucket": 10000, "buckets": [{"name": "default", "reserved": 0}] }
 EOF
 }
@@ -67,13 +71,14 @@ start() {
 		PID[$name]=$! ;;
 	ceiling) "$TMP/ceiling" -listen "127.0.0.1:$port" $CEILFLAGS >/dev/null 2>&1 &
 		PID[$name]=$! ;;
-	kvd-off | kvd-on)
-		local sync=false
-		[ "$name" = kvd-on ] && sync=true
+	kvd-*)
+		local sync=false bin=$TMP/kvd extra=$EXTRA
+		case "$name" in kvd-on*) sync=true ;; esac
+		case "$name" in *-b) bin=${KVDB:-$TMP/kvd} extra=${EXTRAB:-$EXTRA} ;; esac
 		mkdir -p "$TMP/$name"
-		kvd_config $sync >"$TMP/$name.json"
+		kvd_config $sync "$extra" >"$TMP/$name.json"
 		METRICS[$name]=127.0.0.1:$mport
-		"$TMP/kvd" -listen "127.0.0.1:$port" -data-dir "$TMP/$name" -config "$TMP/$name.json" \
+		"$bin" -listen "127.0.0.1:$port" -data-dir "$TMP/$name" -config "$TMP/$name.json" \
 			-metrics-listen "127.0.0.1:$mport" -log-level warn &
 		PID[$name]=$! ;;
 	esac

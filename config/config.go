@@ -114,6 +114,7 @@ type File struct {
 	MaxFrameSize                 *int  `json:"max_frame_size,omitempty"`             // nil: server.DefaultMaxFrameSize
 	IdleTimeoutMS                *int  `json:"idle_timeout_ms,omitempty"`            // nil: server.DefaultIdleTimeout
 	MaxInflightBytes             int64 `json:"max_inflight_bytes"`                   // 0 = no limit
+	ItemCacheBytes               int64 `json:"item_cache_bytes"`                     // 0 = server.DefaultItemCacheSize(), < 0 = none
 	WALSync                      *bool `json:"wal_sync,omitempty"`                   // nil: server.DefaultWALSync
 
 	// AnonymousBucket, if set, is the bucket unauthenticated connections

@@ -34,6 +34,7 @@ func defaultValues() map[string]any {
 		"max_frame_size":                  server.DefaultMaxFrameSize,
 		"idle_timeout_ms":                 server.DefaultIdleTimeout.Milliseconds(),
 		"max_inflight_bytes":              0, // no limit
+		"item_cache_bytes":                0, // a quarter of the memory
 		"wal_sync":                        server.DefaultWALSync,
 		"ingress.tickets":                 ingress.DefaultNodeTickets,
 		"ingress.max_queue_depth":         ingress.DefaultMaxQueueDepth,
