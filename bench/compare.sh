@@ -12,12 +12,15 @@
 # --csv FILE (default compare.csv), --kvd-config-extra 'JSON fields' (added to both kvd configs),
 # --ceiling-flags '...', --profile SECONDS (CPU profile of kvd-off during its first -c 32 run,
 # written next to the CSV as kvd-off.pprof).
-# A/B: --kvd-b PATH (another kvd binary) and/or --b-config-extra 'JSON fields' add the servers
-# kvd-off-b and kvd-on-b (name them in --servers), e.g. --servers "ceiling kvd-off kvd-off-b".
+# A/B: a server named kvd-off-X or kvd-on-X (X a suffix of letters) runs the binary given by
+# --bin X=PATH (default the one built here) with the config fields given by --extra X='JSON fields'
+# (default --kvd-config-extra), e.g.
+#   --servers "ceiling kvd-off kvd-off-a" --bin a=/tmp/kvd-old --extra a='"item_cache_bytes": 67108864' 
 set -euo pipefail
 
 ROUNDS=3 TIME=8s CONC="8 32 128" BIG=1 SERVERS="memcached ceiling kvd-off kvd-on"
-CSV=compare.csv MODE=memcaslap EXTRA="" CEILFLAGS="" PROFILE=0 KVDB="" EXTRAB=""
+CSV=compare.csv MODE=memcaslap EXTRA="" CEILFLAGS="" PROFILE=0
+declare -A BIN XTRA
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--smoke) ROUNDS=1 TIME=2s CONC=32 BIG=0 ;;
@@ -30,8 +33,8 @@ while [ $# -gt 0 ]; do
 	--kvd-config-extra) EXTRA="$2,"; shift ;;
 	--ceiling-flags) CEILFLAGS=$2; shift ;;
 	--profile) PROFILE=$2; shift ;;
-	--kvd-b) KVDB=$(realpath "$2"); shift ;;
-	--b-config-extra) EXTRAB="$2,"; shift ;;
+	--bin) BIN[${2%%=*}]=$(realpath "${2#*=}"); shift ;;
+	--extra) XTRA[${2%%=*}]="${2#*=},"; shift ;;
 	--rss) MODE=rss ;;
 	--fsync) MODE=fsync ;;
 	*) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
@@ -74,7 +77,10 @@ start() {
 	kvd-*)
 		local sync=false bin=$TMP/kvd extra=$EXTRA
 		case "$name" in kvd-on*) sync=true ;; esac
-		case "$name" in *-b) bin=${KVDB:-$TMP/kvd} extra=${EXTRAB:-$EXTRA} ;; esac
+		local sfx=${name#kvd-o[nf]*-}
+		if [ "$sfx" != "$name" ]; then
+			bin=${BIN[$sfx]:-$bin} extra=${XTRA[$sfx]:-$extra}
+		fi
 		mkdir -p "$TMP/$name"
 		kvd_config $sync "$extra" >"$TMP/$name.json"
 		METRICS[$name]=127.0.0.1:$mport
