@@ -189,29 +189,32 @@ rss_mode() {
 	done
 }
 
-# fsync_mode: 64 synced writers against kvd wal_sync on; commands per fsync
-# from kvd's Pebble WAL fsync count; beside a write+fdatasync loop's rate
-# on the same disk (dd oflag=dsync, one thread).
+# fsync_mode: 64 synced writers against kvd wal_sync on (or the kvd-on*
+# servers named in --servers, alternated); commands per fsync from kvd's
+# Pebble WAL fsync count; beside a write+fdatasync loop's rate on the same
+# disk (dd oflag=dsync, one thread).
 fsync_mode() {
-	start kvd-on 21211
-	local f0 f1 out ops
-	fsyncs() { curl -s "http://${METRICS[kvd-on]}/metrics" | awk '/^kvd_pebble_wal_fsync_latency_seconds_count/ {print $2}'; }
-	"$TMP/kvbench" --addr "${ADDR[kvd-on]}" --bucket "w:64,mix=0:100,value=256,keys=100000" \
-		--warmup 0s --duration 5s >/dev/null
+	local list="" port=21211 s
+	for s in $SERVERS; do case "$s" in kvd-on*) list="$list $s" ;; esac; done
+	[ -z "$list" ] && list=kvd-on
+	for s in $list; do start "$s" $port; port=$((port + 10)); done
+	local f0 f1 out ops r
+	fsyncs() { curl -s "http://${METRICS[$1]}/metrics" | awk '/^kvd_pebble_wal_fsync_latency_seconds_count/ {print $2}'; }
 	for r in $(seq "$ROUNDS"); do
-		f0=$(fsyncs)
-		out=$("$TMP/kvbench" --addr "${ADDR[kvd-on]}" --json --bucket "w:64,mix=0:100,value=256,keys=100000" \
-			--warmup 0s --duration 15s)
-		f1=$(fsyncs)
-		ops=$(echo "$out" | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(int(d["buckets"][0]["ops"]))' 2>/dev/null ||
-			echo "$out" | grep -o '"ops":[0-9]*' | head -1 | cut -d: -f2)
-		awk -v o="$ops" -v f="$((f1 - f0))" 'BEGIN {printf "64 synced writers: %d ops, %.0f ops/s, %d fsyncs (%.0f/s), %.1f commands per fsync\n", o, o/15, f, f/15, (f > 0 ? o/f : 0)}'
+		for s in $list; do
+			f0=$(fsyncs "$s")
+			out=$("$TMP/kvbench" --addr "${ADDR[$s]}" --json --bucket "w:64,mix=0:100,value=256,keys=100000" \
+				--warmup 2s --duration 10s)
+			f1=$(fsyncs "$s")
+			ops=$(echo "$out" | grep -o '"ops":[0-9]*' | head -1 | cut -d: -f2)
+			awk -v s="$s" -v o="$ops" -v f="$((f1 - f0))" 'BEGIN {printf "%s: 64 synced writers: %d ops in 10 s, %.0f ops/s; %.0f fsyncs/s; %.1f commands per fsync (fsyncs counted over warmup + run)\n", s, o, o/10, f/12, (f > 0 ? o/(f*10/12) : 0)}'
+		done
 	done
 	local t0 t1
 	t0=$(date +%s.%N)
-	dd if=/dev/zero of="$TMP/dsync" bs=4096 count=2000 oflag=dsync status=none
+	dd if=/dev/zero of="$TMP/dsync" bs=4096 count=1000 oflag=dsync status=none
 	t1=$(date +%s.%N)
-	awk -v a="$t0" -v b="$t1" 'BEGIN {printf "single thread write+fdatasync (dd bs=4096 oflag=dsync): %.0f/s\n", 2000/(b-a)}'
+	awk -v a="$t0" -v b="$t1" 'BEGIN {printf "single thread write+fdatasync (dd bs=4096 oflag=dsync): %.0f/s\n", 1000/(b-a)}'
 }
 
 case "$MODE" in

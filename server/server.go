@@ -44,6 +44,7 @@ type Server struct {
 	currConns  atomic.Int64
 	totalConns atomic.Int64
 	work       workers
+	syncs      syncer
 	metrics    *metrics
 
 	stopHouse chan struct{}
