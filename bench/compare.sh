@@ -10,7 +10,7 @@
 #
 # Options: --rounds N, --time 8s, --conc "8 32 128", --no-4k, --servers "memcached ceiling kvd-off kvd-on",
 # --csv FILE (default compare.csv), --kvd-config-extra 'JSON fields' (added to both kvd configs),
-# --ceiling-flags '...', --profile SECONDS (CPU profile of kvd-off during its first -c 32 run,
+# --prebuilt DIR (kvd, ceiling and kvbench already built there: no build), --ceiling-flags '...', --profile SECONDS (CPU profile of kvd-off during its first -c 32 run,
 # written next to the CSV as kvd-off.pprof).
 # A/B: a server named kvd-off-X or kvd-on-X (X a suffix of letters) runs the binary given by
 # --bin X=PATH (default the one built here) with the config fields given by --extra X='JSON fields'
@@ -19,7 +19,7 @@
 set -euo pipefail
 
 ROUNDS=3 TIME=8s CONC="8 32 128" BIG=1 SERVERS="memcached ceiling kvd-off kvd-on"
-CSV=compare.csv MODE=memcaslap EXTRA="" CEILFLAGS="" PROFILE=0
+CSV=compare.csv MODE=memcaslap EXTRA="" CEILFLAGS="" PROFILE=0 PREBUILT=""
 declare -A BIN XTRA
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -33,6 +33,7 @@ while [ $# -gt 0 ]; do
 	--kvd-config-extra) EXTRA="$2,"; shift ;;
 	--ceiling-flags) CEILFLAGS=$2; shift ;;
 	--profile) PROFILE=$2; shift ;;
+	--prebuilt) PREBUILT=$(realpath "$2"); shift ;;
 	--bin) BIN[${2%%=*}]=$(realpath "${2#*=}"); shift ;;
 	--extra) XTRA[${2%%=*}]="${2#*=},"; shift ;;
 	--rss) MODE=rss ;;
@@ -52,9 +53,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "# building into $TMP" >&2
-(cd "$ROOT" && go build -o "$TMP/kvd" ./cmd/kvd && go build -o "$TMP/ceiling" ./bench/ceiling &&
-	go build -o "$TMP/kvbench" ./cmd/kvbench)
+if [ -n "$PREBUILT" ]; then
+	cp "$PREBUILT/kvd" "$PREBUILT/ceiling" "$PREBUILT/kvbench" "$TMP/"
+else
+	echo "# building into $TMP" >&2
+	(cd "$ROOT" && go build -o "$TMP/kvd" ./cmd/kvd && go build -o "$TMP/ceiling" ./bench/ceiling &&
+		go build -o "$TMP/kvbench" ./cmd/kvbench)
+fi
 
 # kvd_config SYNC EXTRA: an anonymous bucket, throttling on (reserved 0) but not
 # binding (node capacity 10^9 units/s).
@@ -203,10 +208,10 @@ fsync_mode() {
 	for r in $(seq "$ROUNDS"); do
 		for s in $list; do
 			f0=$(fsyncs "$s")
-			out=$("$TMP/kvbench" --addr "${ADDR[$s]}" --json --bucket "w:64,mix=0:100,value=256,keys=100000" \
+			out=$("$TMP/kvbench" --addr "${ADDR[$s]}" --anonymous --json --bucket "w:64,mix=0:100,value=256,keys=100000" \
 				--warmup 2s --duration 10s)
 			f1=$(fsyncs "$s")
-			ops=$(echo "$out" | grep -o '"ops":[0-9]*' | head -1 | cut -d: -f2)
+			ops=$(echo "$out" | grep -o '"ops": *[0-9]*' | head -1 | tr -dc 0-9)
 			awk -v s="$s" -v o="$ops" -v f="$((f1 - f0))" 'BEGIN {printf "%s: 64 synced writers: %d ops in 10 s, %.0f ops/s; %.0f fsyncs/s; %.1f commands per fsync (fsyncs counted over warmup + run)\n", s, o, o/10, f/12, (f > 0 ? o/(f*10/12) : 0)}'
 		done
 	done
