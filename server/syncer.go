@@ -11,14 +11,16 @@ import (
 // itself: it queues the batch here and takes the next one. One goroutine
 // takes every queued batch, makes all their mutations durable with one
 // Engine SyncWAL (which covers every mutation committed before the call),
-// and only then encodes their replies and hands them back to their
-// connections. While it waits on the disk the next group gathers, so the
-// batches of many connections share each fsync and none is acknowledged
-// before it. The batches' ingress tickets were returned when they were
-// queued here: a committed command waiting for the shared fsync does no
-// engine work, and holding its ticket would cap each group at the write
-// pool's size. The queue, like the workers', never holds more batches than
-// there are connections (each still has at most one batch in flight).
+// and only then returns their tickets, encodes their replies and hands
+// them back to their connections. While it waits on the disk the next
+// group gathers, so the batches of many connections share each fsync and
+// none is acknowledged before it; the worker that executed a batch is free
+// meanwhile. A batch keeps its ingress tickets until it is acknowledged, so
+// the write pool still bounds the commands committed and not yet durable
+// (returning them at commit made groups larger, but let one fsync carry so
+// much data that an Unthrottled SET waited over 500 ms behind it:
+// TestIngressUnthrottledServed). The queue, like the workers', never holds
+// more batches than there are connections.
 type syncer struct {
 	mu     sync.Mutex
 	cond   sync.Cond // signalled when the queue grows or the syncer stops
@@ -82,8 +84,7 @@ func (s *Server) stopSyncer() {
 
 // ackBatch finishes an executed batch once its mutations are durable (err
 // is the WAL sync's result): a failed sync turns every mutation's reply
-// into 0x84; then the tickets still held are returned and the replies
-// encoded.
+// into 0x84; then the tickets are returned and the replies encoded.
 func (s *Server) ackBatch(b *batch, err error) {
 	if err != nil {
 		s.log.Error("wal sync failed", "err", err)

@@ -231,11 +231,7 @@ func (s *Server) execBatch(b *batch) (deferred bool) {
 		mutated = mutated || r.mut
 	}
 	if mutated && !s.opts.DisableWALSync {
-		// The commands are done with the engine: their tickets go back
-		// now, so that more commands commit while this fsync runs. The
-		// syncer acknowledges them after a shared fsync.
-		s.releaseTickets(b)
-		s.deferSync(b)
+		s.deferSync(b) // the syncer acknowledges it after a shared fsync
 		return true
 	}
 	s.ackBatch(b, nil)

@@ -13,10 +13,13 @@ import (
 // TestGroupCommit: with wal_sync on, synced writes of many connections
 // share fsyncs (group commit across connections): 32 connections each
 // sending one SET at a time need far fewer WAL fsyncs than commands, and
-// every SET is acknowledged (durability itself is TestDurability's).
+// every SET is acknowledged (durability itself is TestDurability's). The
+// write pool is fixed at 32 tickets: a synced batch keeps its ticket until
+// it is acknowledged, so the pool bounds a group's size.
 func TestGroupCommit(t *testing.T) {
 	metrics := freeAddr(t)
-	k := startKVD(t, configWith(t, testConfig, map[string]any{"wal_sync": true}), "--metrics-listen", metrics)
+	k := startKVD(t, ingressConfig(t, map[string]any{"probe": map[string]any{"min": 32, "max": 32}}, nil),
+		"--metrics-listen", metrics)
 	const conns, runFor = 32, 2 * time.Second
 	fsyncs := func() float64 {
 		v, err := scrapeMetric(metrics, "kvd_pebble_wal_fsync_latency_seconds_count")
