@@ -167,7 +167,7 @@ func (b *Bucket) Peek(key []byte, now uint32, dst []byte) (Item, bool) {
 // Errors: ErrNotFound.
 func (b *Bucket) Touch(key []byte, expiry, now uint32, dst []byte) (Item, error) {
 	var it Item
-	err := b.mutate(key, now, func(ik []byte, cur current) error {
+	err := b.mutate(key, now, true, func(ik []byte, cur current) error {
 		if !cur.live {
 			return ErrNotFound
 		}
@@ -207,7 +207,8 @@ func (b *Bucket) StoreN(mode StoreMode, key, value []byte, flags, expiry uint32,
 	}
 	var newCAS uint64
 	var n int
-	err := b.mutate(key, now, func(ik []byte, cur current) error {
+	needValue := mode == ModeAppend || mode == ModePrepend
+	err := b.mutate(key, now, needValue, func(ik []byte, cur current) error {
 		if err := checkStore(mode, &cur, cas); err != nil {
 			return err
 		}
@@ -268,7 +269,7 @@ func checkCAS(cur *current, cas uint64) error {
 // Delete removes the live item. cas != 0 must match its CAS (ErrExists).
 // Errors: ErrNotFound (missing or expired).
 func (b *Bucket) Delete(key []byte, cas uint64, now uint32) error {
-	return b.mutate(key, now, func(ik []byte, cur current) error {
+	return b.mutate(key, now, false, func(ik []byte, cur current) error {
 		if !cur.live {
 			if cur.exists { // expired: reclaim it now
 				if err := b.deleteLocked(ik, key, &cur); err != nil {
@@ -313,7 +314,7 @@ func (b *Bucket) ArithItem(key []byte, incr bool, delta, initial uint64, expiry 
 	var n, newCAS uint64
 	created := false
 	var h header
-	err := b.mutate(key, now, func(ik []byte, cur current) error {
+	err := b.mutate(key, now, true, func(ik []byte, cur current) error {
 		created = false
 		if err := checkCAS(&cur, cas); err != nil {
 			return err
@@ -369,8 +370,13 @@ func (c *current) release() {
 }
 
 // mutate runs fn with the bucket entered, the key's stripe locked and the
-// key's current record read. fn receives the encoded item key.
-func (b *Bucket) mutate(key []byte, now uint32, fn func(ik []byte, cur current) error) error {
+// key's current record read. fn receives the encoded item key. When fn
+// needs no old value (needValue false: SET, ADD, REPLACE, DELETE, which
+// look only at existence, expiry and CAS) and the key is resident, the
+// header comes from the item cache and Pebble is not read ("blind" write):
+// cur.value is then nil, and the expiry index and item count stay exact
+// because the resident header is the one on disk.
+func (b *Bucket) mutate(key []byte, now uint32, needValue bool, fn func(ik []byte, cur current) error) error {
 	if err := b.flushDue(now); err != nil {
 		return err
 	}
@@ -383,6 +389,11 @@ func (b *Bucket) mutate(key []byte, now uint32, fn func(ik []byte, cur current) 
 	kb.b = appendItemKey(kb.b[:0], b.id, key)
 	s := b.db.locks.lock(b.id, key)
 	defer s.Unlock()
+	if c := b.db.cache; c != nil && !needValue {
+		if h, ok := c.header(b.id, key); ok {
+			return fn(kb.b, current{exists: true, live: h.live(now), h: h})
+		}
+	}
 	cur, err := b.readLocked(kb.b, key, now)
 	if err != nil {
 		return err
@@ -394,6 +405,9 @@ func (b *Bucket) mutate(key []byte, now uint32, fn func(ik []byte, cur current) 
 // readLocked reads item key ik. The caller holds its stripe lock and must
 // release the result.
 func (b *Bucket) readLocked(ik, key []byte, now uint32) (current, error) {
+	if hook := b.db.testHookRead; hook != nil {
+		hook()
+	}
 	rec, closer, err := b.db.pdb.Get(ik)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return current{}, nil

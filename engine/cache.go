@@ -141,6 +141,24 @@ func (c *itemCache) get(id uint32, key []byte, now uint32, dst []byte) (Item, bo
 	return Item{}, false, fillToken{hash: h, seq: s.seq}
 }
 
+// header returns the resident header of key (expired or not), for a
+// mutation that needs no old value: it then skips its Pebble read. The
+// caller holds the key's stripe lock, so no mutation of the key is between
+// its commit and its cache update: a resident entry is what Pebble holds.
+// It counts neither a hit nor a miss and leaves the CLOCK bit alone.
+func (c *itemCache) header(id uint32, key []byte) (header, bool) {
+	h := c.hash(id, key)
+	s := c.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, ok := s.findLocked(h, id, key)
+	if !ok {
+		return header{}, false
+	}
+	e := &s.slots[i]
+	return header{flags: e.flags, expiry: e.expiry, cas: e.cas}, true
+}
+
 // fill installs an item a Get read from Pebble after the miss that returned
 // tok, unless a mutation changed the shard since (the read may predate it)
 // or the item is resident again (a fill or mutation since put the current

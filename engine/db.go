@@ -40,6 +40,9 @@ type DB struct {
 	// testHookBeforeFill, if set (by tests only), runs in Get between its
 	// Pebble read and its cache fill.
 	testHookBeforeFill func()
+	// testHookRead, if set (by tests only), runs when a mutation reads the
+	// key's current record from Pebble.
+	testHookRead func()
 
 	// adminMu serialises registry changes, PutMeta and Close. It is held
 	// across their fsyncs, so nothing on a hot path may take it.

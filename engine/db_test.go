@@ -35,7 +35,7 @@ func countKeys(t testing.TB, db *DB, kind byte) int {
 func TestOptions(t *testing.T) {
 	var o Options
 	o.EnsureDefaults()
-	if o.CacheSize != 64<<20 || o.ItemCacheSize != 64<<20 || o.MaxValueSize != 1<<20 ||
+	if o.CacheSize != 512<<20 || o.ItemCacheSize != 64<<20 || o.MaxValueSize != 1<<20 ||
 		o.SweepInterval != 5*time.Second || o.MemTableSize != 32<<20 || o.Logger == nil || o.Now == nil {
 		t.Fatalf("defaults: %+v", o)
 	}

@@ -120,6 +120,11 @@
 //     buckets. In each case no operation that could fill the cache for that
 //     bucket can run any more, so memory is reclaimed at once.
 //   - A resident item expired at the caller's now is a miss (and is dropped).
+//   - Because of this, a mutation that needs no old value (SET, ADD,
+//     REPLACE, DELETE: only existence, expiry and CAS) takes a resident
+//     key's header from the cache under the stripe lock instead of reading
+//     Pebble (a "blind" write); the item count and the expiry index stay
+//     exact. APPEND, PREPEND, INCR/DECR, TOUCH and non-resident keys read.
 //
 // What the event loop may call: Bucket.Peek, which looks in the cache only,
 // never touches Pebble, and takes one shard mutex that nobody holds across

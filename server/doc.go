@@ -22,9 +22,12 @@
 //  3. worker.go, the worker side: the loop's dispatch submits the batch to
 //     the worker pool; a worker executes the commands in order against the
 //     bucket's engine keyspace (exec), meters their units into the throttle
-//     (meter), makes the mutations durable with one WAL sync, releases the
-//     tickets and encodes the replies; then it hands the batch back to the
-//     connection (conn.finish) and wakes its loop.
+//     (meter), releases the tickets and encodes the replies; then it hands
+//     the batch back to the connection (conn.finish) and wakes its loop.
+//     With wal_sync on, a batch with mutations goes instead to the syncer
+//     (syncer.go), one goroutine that makes the mutations of every batch
+//     queued meanwhile durable with one WAL sync (group commit across
+//     connections) and only then releases, encodes and hands back each.
 //  4. reply.go, replies: appendResult encodes a command's outcome (unit
 //     frames for ReportUnitUsage, XERROR JSON bodies); statusOf is the one
 //     place engine and tenant errors become protocol statuses.
@@ -61,8 +64,9 @@
 // (admit, checkThrottle, runOrCollect, serveResident) → reply.go
 // (appendMetered) → conn.go (one write). A synced SET: conn.go → admit.go
 // (admit, collectReq) → conn.go (dispatch) → worker.go (submit, run,
-// execBatch, exec, meter, SyncWAL, releaseTickets) → reply.go (appendResult)
-// → conn.go (finish, then collectDone and the write on the loop).
+// execBatch, exec, meter) → syncer.go (deferSync, syncLoop: SyncWAL,
+// ackBatch, releaseTickets) → reply.go (appendResult) → conn.go (finish,
+// then collectDone and the write on the loop).
 //
 // # Invariants
 //

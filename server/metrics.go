@@ -79,6 +79,10 @@ var (
 	descFsync     = desc("kvd_pebble_wal_fsync_latency_seconds", "Pebble WAL fsync latency.")
 	descCacheHit  = desc("kvd_pebble_block_cache_hits_total", "Pebble block cache hits.")
 	descCacheMiss = desc("kvd_pebble_block_cache_misses_total", "Pebble block cache misses.")
+	descItemBytes = desc("kvd_item_cache_bytes", "Resident item cache: bytes charged by resident items (resident) and the budget, item_cache_bytes (capacity).", "state")
+	descItemItems = desc("kvd_item_cache_items", "Items resident in the item cache.")
+	descItemLook  = desc("kvd_item_cache_lookups_total", "Item cache look-ups (GETs on the loop and on workers) by result (hit, miss).", "result")
+	descItemEvict = desc("kvd_item_cache_evictions_total", "Items evicted from the item cache to stay within its budget.")
 )
 
 // collector reads the server's counters at scrape time.
@@ -87,7 +91,7 @@ type collector struct{ s *Server }
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRU, descWU, descCommands, descTextCmds, descThrottled, descWait, descRejected,
 		descClients, descItems, descReserved, descCapacity, descFreePool, descNodeLast, descConns, descConnsTot,
-		descL0, descDebt, descFsync, descCacheHit, descCacheMiss} {
+		descL0, descDebt, descFsync, descCacheHit, descCacheMiss, descItemBytes, descItemItems, descItemLook, descItemEvict} {
 		ch <- d
 	}
 	describeIngress(ch)
@@ -132,6 +136,13 @@ func (c collector) collectPebble(ch chan<- prometheus.Metric) {
 	emitGauge(ch, descDebt, float64(m.Compact.EstimatedDebt))
 	emitCounter(ch, descCacheHit, float64(m.BlockCache.Hits))
 	emitCounter(ch, descCacheMiss, float64(m.BlockCache.Misses))
+	ic := c.s.db.CacheStats()
+	emitGauge(ch, descItemBytes, float64(ic.Bytes), "resident")
+	emitGauge(ch, descItemBytes, float64(max(ic.Capacity, 0)), "capacity")
+	emitGauge(ch, descItemItems, float64(ic.Items))
+	emitCounter(ch, descItemLook, float64(ic.Hits), "hit")
+	emitCounter(ch, descItemLook, float64(ic.Misses), "miss")
+	emitCounter(ch, descItemEvict, float64(ic.Evictions))
 	if h := m.LogWriter.FsyncLatency; h != nil {
 		var pb dto.Metric
 		if h.Write(&pb) == nil && pb.Histogram != nil {

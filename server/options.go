@@ -58,6 +58,10 @@ type Options struct {
 	DisableWALSync bool
 	// CacheSize is Pebble's block cache in bytes. Default DefaultCacheSize.
 	CacheSize int64
+	// ItemCacheSize is the byte budget of the engine's resident item cache
+	// (items answered from memory, GETs on the loop). Default
+	// DefaultItemCacheSize(): a quarter of the memory; negative disables it.
+	ItemCacheSize int64
 	// Users are the configured users. Default: none.
 	Users []UserSpec
 	// Buckets are created at start when the engine does not have them yet.
@@ -124,6 +128,9 @@ func (o *Options) EnsureDefaults() {
 	orDefault(&o.ReadUnitSize, DefaultReadUnitSize)
 	orDefault(&o.WriteUnitSize, DefaultWriteUnitSize)
 	orDefault(&o.MaxThrottleWait, DefaultMaxThrottleWait)
+	if o.ItemCacheSize == 0 {
+		o.ItemCacheSize = DefaultItemCacheSize()
+	}
 	if o.Ingress.Probe.GOMAXPROCS == 0 {
 		o.Ingress.Probe.GOMAXPROCS = runtime.GOMAXPROCS(0)
 	}

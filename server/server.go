@@ -45,6 +45,7 @@ type Server struct {
 	totalConns atomic.Int64
 	work       workers
 	logins     *loginGate // paces and verifies SASL attempts (login.go)
+	syncs      syncer
 	metrics    *metrics
 
 	stopHouse chan struct{}
@@ -63,11 +64,12 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	db, err := engine.Open(engine.Options{
-		Dir:          opts.DataDir,
-		WALSync:      !opts.DisableWALSync,
-		CacheSize:    opts.CacheSize,
-		MaxValueSize: opts.MaxItemSize,
-		Logger:       opts.Logger,
+		Dir:           opts.DataDir,
+		WALSync:       !opts.DisableWALSync,
+		CacheSize:     opts.CacheSize,
+		ItemCacheSize: opts.ItemCacheSize,
+		MaxValueSize:  opts.MaxItemSize,
+		Logger:        opts.Logger,
 	})
 	if err != nil {
 		return nil, err

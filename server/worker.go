@@ -163,6 +163,7 @@ func (s *Server) startWorkers() {
 	w := &s.work
 	w.cond.L, w.idle.L = &w.mu, &w.mu
 	n := max(16, 8*runtime.GOMAXPROCS(0))
+	s.startSyncer()
 	w.exited.Add(n)
 	for range n {
 		go s.worker()
@@ -215,21 +216,24 @@ func (s *Server) stopWorkers() {
 	w.mu.Unlock()
 	w.cond.Broadcast()
 	w.exited.Wait()
+	s.stopSyncer()
 }
 
 // run executes b on a worker goroutine and hands it back to its loop.
 func (s *Server) run(b *batch) {
 	if b.job != nil {
 		b.job(b)
-	} else {
-		s.execBatch(b)
+	} else if s.execBatch(b) {
+		return // the syncer finishes it
 	}
 	b.c.finish(b)
 }
 
-// execBatch runs the data commands in order, makes their mutations durable
-// with one WAL sync, and only then encodes the replies.
-func (s *Server) execBatch(b *batch) {
+// execBatch runs the data commands in order. With wal_sync on, a batch
+// with mutations goes to the syncer (syncer.go), which acknowledges it
+// after a WAL sync shared with other batches, and execBatch reports true:
+// the batch is no longer the worker's. Otherwise it encodes the replies.
+func (s *Server) execBatch(b *batch) (deferred bool) {
 	now := uint32(s.opts.Now().Unix())
 	mutated := false
 	start := s.opts.Now()
@@ -244,20 +248,12 @@ func (s *Server) execBatch(b *batch) {
 		start = end
 		mutated = mutated || r.mut
 	}
-	if mutated {
-		if err := s.db.SyncWAL(); err != nil {
-			s.log.Error("wal sync failed", "err", err)
-			for _, r := range b.reqs {
-				if r.mut {
-					r.status, r.reason = binary.StatusInternal, "wal sync failed: "+err.Error()
-				}
-			}
-		}
+	if mutated && !s.opts.DisableWALSync {
+		s.deferSync(b) // the syncer acknowledges it after a shared fsync
+		return true
 	}
-	s.releaseTickets(b)
-	for _, r := range b.reqs {
-		b.out = b.c.appendResult(b.out, r)
-	}
+	s.ackBatch(b, nil)
+	return false
 }
 
 // releaseTickets returns the tickets of a batch's commands.

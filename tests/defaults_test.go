@@ -33,6 +33,7 @@ func defaultValues() map[string]any {
 		"max_item_size":                   server.DefaultMaxItemSize,
 		"max_frame_size":                  server.DefaultMaxFrameSize,
 		"idle_timeout_ms":                 server.DefaultIdleTimeout.Milliseconds(),
+		"item_cache_bytes":                0, // a quarter of the memory
 		"wal_sync":                        server.DefaultWALSync,
 		"text_protocol":                   server.DefaultTextProtocol,
 		"ingress.tickets":                 ingress.DefaultNodeTickets,

@@ -32,6 +32,7 @@ var allowedImports = map[string][]string{
 	"kvd/cmd/kvctl":         {"kvd/client", "kvd/protocol/binary", "kvd/tenant"},
 	"kvd/cmd/kvbench":       {"kvd/bench"},
 	"kvd/bench":             {"kvd/protocol/binary", "gonum.org/v1/plot"},
+	"kvd/bench/ceiling":     {"github.com/panjf2000/gnet/v2"},
 	"kvd/client":            {"kvd/protocol/binary"},
 	"kvd/client/clienttest": {"kvd/client", "kvd/protocol/binary"},
 }

@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# compare.sh: kvd against Debian memcached and the bare gnet ceiling
+# (bench/ceiling), under memcaslap, servers alternated within each round.
+# See docs/performance.md for what it prints.
+#
+#   bench/compare.sh                       full run: -c 8, 32, 128 and 4 KiB values, 3 rounds of 8 s
+#   bench/compare.sh --smoke               1 round of 2 s at -c 32 only
+#   bench/compare.sh --rss                 RSS per million 1 KiB items, kvd vs memcached
+#   bench/compare.sh --fsync               64 synced writers (kvbench) vs a write+fdatasync loop
+#
+# Options: --rounds N, --time 8s, --conc "8 32 128", --no-4k, --servers "memcached ceiling kvd-off kvd-on",
+# --csv FILE (default compare.csv), --kvd-config-extra 'JSON fields' (added to both kvd configs),
+# --prebuilt DIR (kvd, ceiling and kvbench already built there: no build), --ceiling-flags '...', --profile SECONDS (CPU profile of kvd-off during its first -c 32 run,
+# written next to the CSV as kvd-off.pprof).
+# A/B: a server named kvd-off-X or kvd-on-X (X a suffix of letters) runs the binary given by
+# --bin X=PATH (default the one built here) with the config fields given by --extra X='JSON fields'
+# (default --kvd-config-extra), e.g.
+#   --servers "ceiling kvd-off kvd-off-a" --bin a=/tmp/kvd-old --extra a='"item_cache_bytes": 67108864' 
+set -euo pipefail
+
+ROUNDS=3 TIME=8s CONC="8 32 128" BIG=1 SERVERS="memcached ceiling kvd-off kvd-on"
+CSV=compare.csv MODE=memcaslap EXTRA="" CEILFLAGS="" PROFILE=0 PREBUILT=""
+declare -A BIN XTRA
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--smoke) ROUNDS=1 TIME=2s CONC=32 BIG=0 ;;
+	--rounds) ROUNDS=$2; shift ;;
+	--time) TIME=$2; shift ;;
+	--conc) CONC=$2; shift ;;
+	--no-4k) BIG=0 ;;
+	--servers) SERVERS=$2; shift ;;
+	--csv) CSV=$2; shift ;;
+	--kvd-config-extra) EXTRA="$2,"; shift ;;
+	--ceiling-flags) CEILFLAGS=$2; shift ;;
+	--profile) PROFILE=$2; shift ;;
+	--prebuilt) PREBUILT=$(realpath "$2"); shift ;;
+	--bin) BIN[${2%%=*}]=$(realpath "${2#*=}"); shift ;;
+	--extra) XTRA[${2%%=*}]="${2#*=},"; shift ;;
+	--rss) MODE=rss ;;
+	--fsync) MODE=fsync ;;
+	*) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
+	esac
+	shift
+done
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TMP=$(mktemp -d /tmp/kvd-compare.XXXXXX)
+declare -A PID ADDR METRICS
+cleanup() {
+	for s in "${!PID[@]}"; do kill "${PID[$s]}" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+if [ -n "$PREBUILT" ]; then
+	cp "$PREBUILT/kvd" "$PREBUILT/ceiling" "$PREBUILT/kvbench" "$TMP/"
+else
+	echo "# building into $TMP" >&2
+	(cd "$ROOT" && go build -o "$TMP/kvd" ./cmd/kvd && go build -o "$TMP/ceiling" ./bench/ceiling &&
+		go build -o "$TMP/kvbench" ./cmd/kvbench)
+fi
+
+# kvd_config SYNC EXTRA: an anonymous bucket, throttling on (reserved 0) but not
+# binding (node capacity 10^9 units/s).
+kvd_config() {
+	cat <<EOF
+{ $2 "node_capacity": 1000000000, "wal_sync": $1, "anonymous_bucket": "default",
+  "max_connections_per_bucket": 10000, "buckets": [{"name": "default", "reserved": 0}] }
+EOF
+}
+
+# start NAME PORT: starts one server, records its PID and address.
+start() {
+	local name=$1 port=$2 mport=$(($2 + 1000))
+	ADDR[$name]=127.0.0.1:$port
+	case "$name" in
+	memcached) memcached $( [ "$(id -u)" = 0 ] && echo -u root) -t 2 -U 0 -l 127.0.0.1 -p "$port" -m "${MCMEM:-1024}" -c 4096 &
+		PID[$name]=$! ;;
+	ceiling) "$TMP/ceiling" -listen "127.0.0.1:$port" $CEILFLAGS >/dev/null 2>&1 &
+		PID[$name]=$! ;;
+	kvd-*)
+		local sync=false bin=$TMP/kvd extra=$EXTRA
+		case "$name" in kvd-on*) sync=true ;; esac
+		local sfx=${name#kvd-o[nf]*-}
+		if [ "$sfx" != "$name" ]; then
+			bin=${BIN[$sfx]:-$bin} extra=${XTRA[$sfx]:-$extra}
+		fi
+		mkdir -p "$TMP/$name"
+		kvd_config $sync "$extra" >"$TMP/$name.json"
+		METRICS[$name]=127.0.0.1:$mport
+		"$bin" -listen "127.0.0.1:$port" -data-dir "$TMP/$name" -config "$TMP/$name.json" \
+			-metrics-listen "127.0.0.1:$mport" -log-level warn &
+		PID[$name]=$! ;;
+	esac
+	for _ in $(seq 100); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "compare.sh: $name did not start" >&2
+	exit 1
+}
+
+# cpu PID: user and system clock ticks of the process so far.
+cpu() { awk '{print $14, $15}' "/proc/$1/stat"; }
+
+# median of the numbers on stdin.
+median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print 0; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+# one_run CONFIG ROUND SERVER ARGS...: one memcaslap run, one CSV row.
+one_run() {
+	local cfg=$1 round=$2 name=$3
+	shift 3
+	local pid=${PID[$name]} hz u0 s0 u1 s1 out
+	hz=$(getconf CLK_TCK)
+	read -r u0 s0 < <(cpu "$pid")
+	if [ "$PROFILE" != 0 ] && [ "$name" = kvd-off ] && [ "$cfg" = c32 ] && [ "$round" = 1 ]; then
+		curl -s -o "$(dirname "$CSV")/kvd-off.pprof" "http://${METRICS[$name]}/debug/pprof/profile?seconds=$PROFILE" &
+	fi
+	out=$(memcaslap -s "${ADDR[$name]}" -B -T 2 -t "$TIME" "$@" 2>&1)
+	read -r u1 s1 < <(cpu "$pid")
+	local ops tps
+	ops=$(echo "$out" | awk '/^Run time/ {for (i = 1; i <= NF; i++) if ($i == "Ops:") print $(i+1)}')
+	tps=$(echo "$out" | awk '/^Run time/ {for (i = 1; i <= NF; i++) if ($i == "TPS:") print $(i+1)}')
+	if [ -z "$ops" ] || [ "$ops" = 0 ]; then
+		echo "compare.sh: memcaslap against $name gave no result:" >&2
+		echo "$out" >&2
+		exit 1
+	fi
+	local miss
+	miss=$(echo "$out" | awk '/^get_misses/ {print $2; exit}')
+	awk -v c="$cfg" -v r="$round" -v n="$name" -v t="$tps" -v o="$ops" -v m="${miss:-0}" \
+		-v du=$((u1 - u0)) -v ds=$((s1 - s0)) -v hz="$hz" \
+		'BEGIN {printf "%s,%s,%s,%s,%s,%s,%.2f,%.2f\n", c, r, n, t, o, m, du*1e6/hz/o, ds*1e6/hz/o}' >>"$CSV"
+	echo "  $cfg round $round $name: $tps TPS" >&2
+}
+
+memcaslap_mode() {
+	local port=21211
+	for s in $SERVERS; do start "$s" $port; port=$((port + 10)); done
+	printf '%s\n' key '64 64 1' value '4096 4096 1' cmd '0 0.1' '1 0.9' >"$TMP/4k.cfg"
+	echo "config,round,server,tps,ops,get_misses,usr_us_per_op,sys_us_per_op" >"$CSV"
+	local cfgs=""
+	for c in $CONC; do cfgs="$cfgs c$c"; done
+	[ "$BIG" = 1 ] && cfgs="$cfgs 4k"
+	for cfg in $cfgs; do
+		for r in $(seq "$ROUNDS"); do
+			for s in $SERVERS; do
+				case "$cfg" in
+				4k) one_run "$cfg" "$r" "$s" -c 32 -F "$TMP/4k.cfg" ;;
+				*) one_run "$cfg" "$r" "$s" -c "${cfg#c}" ;;
+				esac
+			done
+		done
+	done
+	summary
+}
+
+# summary prints one line per configuration and server: median TPS, ratios
+# to memcached and to the ceiling, median server CPU µs/op.
+summary() {
+	printf '%-6s %-10s %10s %8s %8s %8s %8s\n' config server "TPS" "/mcd" "/ceil" "usr/op" "sys/op"
+	local cfg s
+	for cfg in $(tail -n +2 "$CSV" | cut -d, -f1 | uniq); do
+		local mcd ceil
+		mcd=$(awk -F, -v c="$cfg" '$1 == c && $3 == "memcached" {print $4}' "$CSV" | median)
+		ceil=$(awk -F, -v c="$cfg" '$1 == c && $3 == "ceiling" {print $4}' "$CSV" | median)
+		for s in $SERVERS; do
+			local tps usr sys
+			tps=$(awk -F, -v c="$cfg" -v n="$s" '$1 == c && $3 == n {print $4}' "$CSV" | median)
+			usr=$(awk -F, -v c="$cfg" -v n="$s" '$1 == c && $3 == n {print $7}' "$CSV" | median)
+			sys=$(awk -F, -v c="$cfg" -v n="$s" '$1 == c && $3 == n {print $8}' "$CSV" | median)
+			awk -v c="$cfg" -v n="$s" -v t="$tps" -v m="$mcd" -v e="$ceil" -v u="$usr" -v y="$sys" \
+				'BEGIN {printf "%-6s %-10s %10d %8s %8s %8.2f %8.2f\n", c, n, t,
+					(m > 0 ? sprintf("%.2f", t/m) : "-"), (e > 0 ? sprintf("%.2f", t/e) : "-"), u, y}'
+		done
+	done
+}
+
+# rss_mode: RSS after storing 1,000,000 1 KiB items (kvd wal_sync off vs
+# memcached with -m 2048 so that nothing is evicted).
+rss_mode() {
+	MCMEM=2048
+	start memcached 21211
+	start kvd-off 21221
+	for s in memcached kvd-off; do
+		local before after
+		before=$(awk '/VmRSS/ {print $2}' "/proc/${PID[$s]}/status")
+		"$TMP/kvbench" --addr "${ADDR[$s]}" --anonymous --bucket "r:16,mix=0:100,value=1024,keys=1000000" \
+			--preload --warmup 0s --duration 1s >/dev/null
+		sleep 2
+		after=$(awk '/VmRSS/ {print $2}' "/proc/${PID[$s]}/status")
+		echo "$s: RSS $((before / 1024)) MiB empty, $((after / 1024)) MiB with 1,000,000 1 KiB items ($(((after - before) / 1024)) MiB per million)"
+	done
+}
+
+# fsync_mode: 64 synced writers against kvd wal_sync on (or the kvd-on*
+# servers named in --servers, alternated); commands per fsync from kvd's
+# Pebble WAL fsync count; beside a write+fdatasync loop's rate on the same
+# disk (dd oflag=dsync, one thread).
+fsync_mode() {
+	local list="" port=21211 s
+	for s in $SERVERS; do case "$s" in kvd-on*) list="$list $s" ;; esac; done
+	[ -z "$list" ] && list=kvd-on
+	for s in $list; do start "$s" $port; port=$((port + 10)); done
+	local f0 f1 out ops r
+	fsyncs() { curl -s "http://${METRICS[$1]}/metrics" | awk '/^kvd_pebble_wal_fsync_latency_seconds_count/ {print $2}'; }
+	for r in $(seq "$ROUNDS"); do
+		for s in $list; do
+			f0=$(fsyncs "$s")
+			out=$("$TMP/kvbench" --addr "${ADDR[$s]}" --anonymous --json --bucket "w:64,mix=0:100,value=256,keys=100000" \
+				--warmup 2s --duration 10s)
+			f1=$(fsyncs "$s")
+			ops=$(echo "$out" | grep -o '"ops": *[0-9]*' | head -1 | tr -dc 0-9)
+			awk -v s="$s" -v o="$ops" -v f="$((f1 - f0))" 'BEGIN {printf "%s: 64 synced writers: %d ops in 10 s, %.0f ops/s; %.0f fsyncs/s; %.1f commands per fsync (fsyncs counted over warmup + run)\n", s, o, o/10, f/12, (f > 0 ? o/(f*10/12) : 0)}'
+		done
+	done
+	local t0 t1
+	t0=$(date +%s.%N)
+	dd if=/dev/zero of="$TMP/dsync" bs=4096 count=1000 oflag=dsync status=none
+	t1=$(date +%s.%N)
+	awk -v a="$t0" -v b="$t1" 'BEGIN {printf "single thread write+fdatasync (dd bs=4096 oflag=dsync): %.0f/s\n", 1000/(b-a)}'
+}
+
+case "$MODE" in
+memcaslap) memcaslap_mode ;;
+rss) rss_mode ;;
+fsync) fsync_mode ;;
+esac
