@@ -138,14 +138,6 @@ func (c *Cluster) nodeOps(n nodeSettings) []clientv3.Op {
 	}
 }
 
-// setUsers replaces the users document.
-func (c *Cluster) setUsers(ctx context.Context, doc []byte) error {
-	if _, err := c.txn(ctx, nil, clientv3.OpPut(c.keys.users(), string(doc))); err != nil {
-		return fmt.Errorf("catalog: users in etcd: %w", err)
-	}
-	return nil
-}
-
 // txn runs If(cmps).Then(ops) within the request timeout.
 func (c *Cluster) txn(ctx context.Context, cmps []clientv3.Cmp, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)

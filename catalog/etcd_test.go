@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"io"
 	"log/slog"
 	"maps"
@@ -469,4 +470,13 @@ func TestClusterCloseLeavesAndStops(t *testing.T) {
 		}
 	}
 	eventually(t, 5*time.Second, "goroutines end", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// setUsers writes the users document straight to etcd, as another node
+// reconciling its config file would (ReconcileFile is the production path).
+func (c *Cluster) setUsers(ctx context.Context, doc []byte) error {
+	if _, err := c.txn(ctx, nil, clientv3.OpPut(c.keys.users(), string(doc))); err != nil {
+		return fmt.Errorf("catalog: users in etcd: %w", err)
+	}
+	return nil
 }
