@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"kvd/internal/loopback"
 	mc "kvd/protocol/binary"
 )
 
@@ -58,15 +59,14 @@ func requireTool(t testing.TB, name string) string {
 	return ""
 }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
+// freeAddr returns a loopback address with a port that was free a moment
+// ago, below the kernel's ephemeral range (see package loopback).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
 	return addr
 }
 
@@ -107,9 +107,26 @@ func startKVD(t testing.TB, configJSON string, args ...string) *kvd {
 	return k
 }
 
-// start launches the process on a new free port and waits until it accepts.
+// start launches the process on a new free port and waits until it serves.
+// A port taken between freeAddr and kvd's bind costs one more try, never a
+// test talking to some other process.
 func (k *kvd) start(args ...string) {
 	k.t.Helper()
+	for try := 1; ; try++ {
+		err := k.startOnce(args...)
+		if err == nil {
+			return
+		}
+		if !strings.Contains(k.log.String(), "address already in use") || try == 3 {
+			k.t.Fatal(err)
+		}
+		k.t.Logf("kvd could not bind %s; trying another port", k.Addr)
+	}
+}
+
+// startOnce starts kvd and waits for its "kvd serving" line, which it logs
+// once its protocol listener is bound.
+func (k *kvd) startOnce(args ...string) error {
 	k.Addr = freeAddr(k.t)
 	all := append([]string{"--listen", k.Addr, "--data-dir", k.DataDir, "--config", k.Config,
 		"--metrics-listen", ""}, args...)
@@ -118,23 +135,26 @@ func (k *kvd) start(args ...string) {
 	k.cmd.Stdout, k.cmd.Stderr = k.log, k.log
 	dieWithTest(k.cmd)
 	if err := k.cmd.Start(); err != nil {
-		k.t.Fatal(err)
+		return err
 	}
 	k.done = make(chan error, 1)
 	go func() { k.done <- k.cmd.Wait() }()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		if c, err := net.DialTimeout("tcp", k.Addr, 200*time.Millisecond); err == nil {
-			_ = c.Close()
-			return
+		if strings.Contains(k.log.String(), "kvd serving") {
+			if c, err := net.DialTimeout("tcp", k.Addr, 200*time.Millisecond); err == nil {
+				_ = c.Close()
+				return nil
+			}
 		}
 		select {
 		case err := <-k.done:
-			k.t.Fatalf("kvd exited during start: %v\n%s", err, k.log.String())
-		case <-time.After(50 * time.Millisecond):
+			k.cmd = nil
+			return fmt.Errorf("kvd exited during start: %v\n%s", err, k.log.String())
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	k.t.Fatalf("kvd did not accept connections on %s\n%s", k.Addr, k.log.String())
+	return fmt.Errorf("kvd did not serve on %s within 15s\n%s", k.Addr, k.log.String())
 }
 
 // Stop sends SIGTERM and waits for a clean exit (status 0).

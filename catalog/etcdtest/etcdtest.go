@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"kvd/internal/loopback"
 )
 
 // Errors returned by the helpers.
@@ -161,14 +162,13 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 func (s *Server) logWriter() lockedWriter { return lockedWriter{s} }
 
 // freeAddr returns a loopback address with a port that was free a moment
-// ago.
+// ago, below the kernel's ephemeral range (see package loopback).
 func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // healthy reports whether etcd at url answers its /health endpoint with
