@@ -152,6 +152,9 @@ type latencyLog struct {
 
 // add records an answered command of the bucket whose histograms are lat.
 func (l *latencyLog) add(lat *bucketLatency, class int, start time.Time, parked, queued time.Duration) {
+	if !recordLatency {
+		return
+	}
 	l.pending = append(l.pending, pendingLatency{lat, class, start.UnixNano(), parked, queued})
 }
 

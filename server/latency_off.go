@@ -1,0 +1,7 @@
+//go:build kvd_nolatency
+
+package server
+
+// recordLatency is false: this build measures kvd without its latency
+// recorder (see latency_on.go). Its latency histograms stay empty.
+const recordLatency = false
