@@ -79,10 +79,18 @@ func (c *Catalog) ApplyFile(f File, who string) error {
 			return err
 		}
 	}
+	var fresh []Spec
 	for _, spec := range f.Buckets {
+		if _, ok := c.Get(spec.Name); !ok {
+			fresh = append(fresh, spec)
+			continue
+		}
 		if err := c.applySpecLocked(spec, prev.Buckets[spec.Name], want.Buckets[spec.Name], who); err != nil {
 			return fmt.Errorf("bucket %q: %w", spec.Name, err)
 		}
+	}
+	if err := c.createManyLocked(fresh, who); err != nil {
+		return err
 	}
 	raw, err := json.Marshal(want)
 	if err != nil {

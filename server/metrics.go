@@ -116,7 +116,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descClients, float64(st.Clients), b.Name())
 		gauge(descItems, float64(b.Store().ItemCount()), b.Name())
 		gauge(descReserved, float64(st.EffectiveReserved), b.Name())
-		stateOf(b).lat.collect(ch, b.Name())
+		if l := stateOf(b).lat.Load(); l != nil {
+			l.collect(ch, b.Name())
+		}
 	}
 	node := s.throttle.Stats()
 	gauge(descCapacity, float64(node.Capacity))
