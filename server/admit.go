@@ -326,8 +326,8 @@ func estimated(op mc.Opcode) bool {
 // bucketState is the server's own per-bucket state, which the catalog
 // carries on each bucket (catalog.Bucket.Ext) without interpreting it.
 type bucketState struct {
-	adm          *ingress.Bucket         // the bucket's admission limits, queues and figures
-	dl           *ingress.BucketDeadline // the bucket's deadline gate, windows and figures
+	adm          *ingress.Bucket               // the bucket's admission limits, queues and figures
+	dl           *ingress.BucketDeadline       // the bucket's deadline gate, windows and figures
 	lat          atomic.Pointer[bucketLatency] // end-to-end, parked and queued latency; nil until the first command
 	textCommands atomic.Int64                  // data commands that came over the text/meta protocol
 }
