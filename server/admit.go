@@ -370,4 +370,5 @@ func (h bucketHooks) SettingsChanged(b *catalog.Bucket) {
 // deleted".
 func (h bucketHooks) BucketRemoved(b *catalog.Bucket) {
 	h.s.ingress.RemoveBucket(stateOf(b).adm, h.s.opts.Now())
+	h.s.retired.add(b)
 }

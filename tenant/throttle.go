@@ -90,6 +90,12 @@ type BucketThrottle struct {
 
 	ru, wu, commands, throttled, rejected, waitUS atomic.Int64
 	refused                                       atomic.Int64 // pending units Check refused
+
+	// Activity, for picking the buckets worth showing on a node with many
+	// (see Activity).
+	activeTick atomic.Int64 // the last tick that ended a second with activity; 0 for none
+	activity   atomic.Int64 // units and events per second, decayed by 1/16 a second
+	events     int64        // guarded by Throttle.mu: commands+throttled+rejected at the last tick
 }
 
 // NewThrottle returns a throttle with the given node capacity (units per
@@ -275,8 +281,9 @@ func (t *Throttle) Tick(now time.Time) bool {
 		return false
 	}
 	t.mu.Lock()
+	tick := t.ticks.Load() + n
 	for _, b := range t.buckets {
-		b.tickLocked(n)
+		b.noteActivityLocked(n, tick, b.tickLocked(n))
 	}
 	t.free.Tick(gauge.Unlimited)
 	t.spareUse.Tick(gauge.Unlimited)
@@ -288,8 +295,9 @@ func (t *Throttle) Tick(now time.Time) bool {
 }
 
 // tickLocked ends a second for one bucket: carry-over above the hard limit,
-// slow start, and its free-pool demand for the next second.
-func (b *BucketThrottle) tickLocked(n int64) {
+// slow start, and its free-pool demand for the next second. It returns
+// the units used in the second that ended.
+func (b *BucketThrottle) tickLocked(n int64) int64 {
 	hl := b.hardLimit.Load()
 	var used int64
 	if hl >= 0 {
@@ -307,6 +315,36 @@ func (b *BucketThrottle) tickLocked(n int64) {
 	default:
 		b.demand = used + used/4 + 1 // all units; refreshLocked takes off the reservation
 	}
+	return used
+}
+
+// noteActivityLocked folds the second that ended at tick into the
+// bucket's activity: units used, commands, throttle decisions and
+// rejections, and whether a connection had it selected.
+func (b *BucketThrottle) noteActivityLocked(n, tick, used int64) {
+	events := b.commands.Load() + b.throttled.Load() + b.rejected.Load()
+	fresh := events - b.events + used
+	b.events = events
+	act := b.activity.Load()
+	for range min(n, 64) {
+		act -= act / 16
+	}
+	if fresh > 0 {
+		act += fresh
+	}
+	b.activity.Store(act)
+	if fresh > 0 || b.clients.Load() > 0 {
+		b.activeTick.Store(tick)
+	}
+}
+
+// Activity returns the bucket's recent activity (units used plus
+// commands, throttle decisions and rejections per second, averaged with
+// a decay of 1/16 a second: about the last 16 s) and the tick that last
+// ended a second in which it had any, or a connection (0: never). Compare
+// the tick with NodeStats.Ticks.
+func (b *BucketThrottle) Activity() (score, lastTick int64) {
+	return b.activity.Load(), b.activeTick.Load()
 }
 
 // refreshLocked recomputes the effective reservations, the free pool and
