@@ -154,10 +154,15 @@ func (c *Catalog) loadBuckets() error {
 	infos := c.db.Buckets()
 	sets := make([]tenant.Settings, len(infos))
 	limits := make([]tenant.BucketLimits, len(infos))
+	parsed := map[string]tenant.Settings{} // most buckets share a few settings: parse each once
 	for i, info := range infos {
-		set, err := tenant.ParseSettings(info.Settings, c.Defaults())
-		if err != nil {
-			return fmt.Errorf("catalog: persisted settings of bucket %q: %w", info.Name, err)
+		set, ok := parsed[string(info.Settings)]
+		if !ok {
+			var err error
+			if set, err = tenant.ParseSettings(info.Settings, c.Defaults()); err != nil {
+				return fmt.Errorf("catalog: persisted settings of bucket %q: %w", info.Name, err)
+			}
+			parsed[string(info.Settings)] = set
 		}
 		r, h := c.localLimits(set)
 		sets[i], limits[i] = set, tenant.BucketLimits{Name: info.Name, Reserved: r, HardLimit: h}

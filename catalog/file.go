@@ -43,10 +43,15 @@ type applied struct {
 
 func appliedOf(f *File) (applied, error) {
 	a := applied{Node: f.Node, Buckets: make(map[string]json.RawMessage, len(f.Buckets))}
+	done := map[tenant.Settings]json.RawMessage{} // most buckets share a few settings
 	for _, b := range f.Buckets {
-		raw, err := b.Settings.MarshalJSON()
-		if err != nil {
-			return a, err
+		raw, ok := done[b.Settings]
+		if !ok {
+			var err error
+			if raw, err = b.Settings.MarshalJSON(); err != nil {
+				return a, err
+			}
+			done[b.Settings] = raw
 		}
 		a.Buckets[b.Name] = raw
 	}
