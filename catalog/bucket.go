@@ -62,6 +62,10 @@ type Waker interface{ Wake() }
 func (b *Bucket) Park(w Waker) {
 	b.parked.mu.Lock()
 	b.parked.list = append(b.parked.list, w)
+	if !b.parked.listed && b.parked.node != nil {
+		b.parked.listed = true
+		b.parked.node.add(b) // under b's lock: see parkedBuckets
+	}
 	b.parked.mu.Unlock()
 }
 
@@ -70,6 +74,7 @@ func (b *Bucket) WakeParked() {
 	b.parked.mu.Lock()
 	list := b.parked.list
 	b.parked.list = nil
+	b.parked.listed = false
 	b.parked.mu.Unlock()
 	for _, w := range list {
 		w.Wake()
@@ -78,6 +83,37 @@ func (b *Bucket) WakeParked() {
 
 // parkedSet is the set of connections waiting for the bucket's next tick.
 type parkedSet struct {
+	mu     sync.Mutex
+	list   []Waker        // guarded by mu
+	listed bool           // guarded by mu: the bucket is in node's list
+	node   *parkedBuckets // the catalog's; nil for a bucket not registered
+}
+
+// parkedBuckets is the catalog's list of the buckets that have parked
+// connections, so that a tick wakes them without walking every bucket.
+// Bucket.Park adds its bucket while holding the bucket's lock, the first
+// time a Waker parks after a wake; Catalog.WakeParked takes the list, then
+// wakes each bucket under its lock. So a Waker parked before the list was
+// taken is woken by this tick, and one parked after it put its bucket in
+// the next list. A bucket may be listed twice (woken directly, by a
+// delete, in between): its second wake finds nothing.
+type parkedBuckets struct {
 	mu   sync.Mutex
-	list []Waker // guarded by mu
+	list []*Bucket // guarded by mu
+}
+
+func (p *parkedBuckets) add(b *Bucket) {
+	p.mu.Lock()
+	p.list = append(p.list, b)
+	p.mu.Unlock()
+}
+
+// take returns the listed buckets and empties the list, keeping its
+// memory for the next tick's list (spare, which the caller hands back).
+func (p *parkedBuckets) take(spare []*Bucket) []*Bucket {
+	p.mu.Lock()
+	list := p.list
+	p.list = spare[:0]
+	p.mu.Unlock()
+	return list
 }

@@ -99,6 +99,10 @@ type Catalog struct {
 	regMu sync.RWMutex
 	reg   map[string]*Bucket // guarded by regMu
 
+	parked    parkedBuckets // the buckets with parked connections
+	wakeMu    sync.Mutex    // serializes WakeParked
+	wakeSpare []*Bucket     // guarded by wakeMu: the list before last, reused
+
 	mu sync.Mutex // serializes mutations (create, delete, settings, reload, etcd's changes)
 
 	cl     atomic.Pointer[Cluster] // nil on a single node
@@ -150,10 +154,15 @@ func (c *Catalog) loadBuckets() error {
 	infos := c.db.Buckets()
 	sets := make([]tenant.Settings, len(infos))
 	limits := make([]tenant.BucketLimits, len(infos))
+	parsed := map[string]tenant.Settings{} // most buckets share a few settings: parse each once
 	for i, info := range infos {
-		set, err := tenant.ParseSettings(info.Settings, c.Defaults())
-		if err != nil {
-			return fmt.Errorf("catalog: persisted settings of bucket %q: %w", info.Name, err)
+		set, ok := parsed[string(info.Settings)]
+		if !ok {
+			var err error
+			if set, err = tenant.ParseSettings(info.Settings, c.Defaults()); err != nil {
+				return fmt.Errorf("catalog: persisted settings of bucket %q: %w", info.Name, err)
+			}
+			parsed[string(info.Settings)] = set
 		}
 		r, h := c.localLimits(set)
 		sets[i], limits[i] = set, tenant.BucketLimits{Name: info.Name, Reserved: r, HardLimit: h}
@@ -202,13 +211,17 @@ func (c *Catalog) Names(keep func(name string) bool) []string {
 	return out
 }
 
-// WakeParked wakes the parked connections of every bucket (at a tick).
+// WakeParked wakes the parked connections of every bucket (at a tick). It
+// visits only the buckets that have some: O(parked), not O(buckets).
 func (c *Catalog) WakeParked() {
-	c.regMu.RLock()
-	defer c.regMu.RUnlock()
-	for _, b := range c.reg {
+	c.wakeMu.Lock()
+	defer c.wakeMu.Unlock()
+	list := c.parked.take(c.wakeSpare)
+	for i, b := range list {
 		b.WakeParked()
+		list[i] = nil
 	}
+	c.wakeSpare = list
 }
 
 // Defaults are the settings a bucket created without any gets.
@@ -256,6 +269,38 @@ func (c *Catalog) createLocked(name string, set tenant.Settings, who string) (*B
 	return b, nil
 }
 
+// createManyLocked creates the buckets of specs as createLocked would, in
+// a few engine batches (engine.CreateBuckets) and with one throttle
+// registration (tenant.Throttle.AddMany): linear in len(specs), with one
+// fsync per few thousand buckets. Every spec is checked before anything is
+// written. If a batch fails, the buckets written before it are registered.
+func (c *Catalog) createManyLocked(specs []Spec, who string) error {
+	list := make([]engine.NewBucket, len(specs))
+	for i, spec := range specs {
+		if err := validNew(spec.Name, spec.Settings); err != nil {
+			return fmt.Errorf("bucket %q: %w", spec.Name, err)
+		}
+		raw, err := spec.Settings.MarshalJSON()
+		if err != nil {
+			return fmt.Errorf("bucket %q: %w", spec.Name, err)
+		}
+		list[i] = engine.NewBucket{Name: spec.Name, Settings: raw}
+	}
+	stores, err := c.db.CreateBuckets(list)
+	limits := make([]tenant.BucketLimits, len(stores))
+	for i, store := range stores {
+		r, h := c.localLimits(specs[i].Settings)
+		limits[i] = tenant.BucketLimits{Name: store.Name(), Reserved: r, HardLimit: h}
+	}
+	thrs := c.throttle.AddMany(limits)
+	for i, store := range stores {
+		set := specs[i].Settings
+		c.registerWith(store, set, thrs[i])
+		c.log.Info("bucket created", "by", who, "bucket", store.Name(), "limits", tenant.LimitsText(set.Reserved, set.HardLimit))
+	}
+	return err
+}
+
 func (c *Catalog) register(store *engine.Bucket, set tenant.Settings) *Bucket {
 	r, h := c.localLimits(set)
 	return c.registerWith(store, set, c.throttle.Add(store.Name(), r, h))
@@ -264,6 +309,7 @@ func (c *Catalog) register(store *engine.Bucket, set tenant.Settings) *Bucket {
 // registerWith registers a bucket whose throttle is already added.
 func (c *Catalog) registerWith(store *engine.Bucket, set tenant.Settings, thr *tenant.BucketThrottle) *Bucket {
 	b := &Bucket{name: store.Name(), store: store, thr: thr}
+	b.parked.node = &c.parked
 	b.settings.Store(&set)
 	c.obs.BucketAdded(b)
 	c.regMu.Lock()

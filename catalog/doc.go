@@ -10,7 +10,10 @@
 // engine.Bucket), its settings, its throttle gauge (a tenant.BucketThrottle),
 // its command counters and the set of connections parked until its next
 // throttle tick. The catalog never touches a connection: parked connections
-// are Wakers, woken by WakeParked.
+// are Wakers, woken by WakeParked, which visits only the buckets that have
+// some (a node may have 100,000 buckets: nothing the catalog does per
+// tick or per bucket created walks them all; ApplyFile creates the file's
+// new buckets in engine batches and registers their throttles at once).
 //
 // # Invariants
 //

@@ -43,10 +43,15 @@ type applied struct {
 
 func appliedOf(f *File) (applied, error) {
 	a := applied{Node: f.Node, Buckets: make(map[string]json.RawMessage, len(f.Buckets))}
+	done := map[tenant.Settings]json.RawMessage{} // most buckets share a few settings
 	for _, b := range f.Buckets {
-		raw, err := b.Settings.MarshalJSON()
-		if err != nil {
-			return a, err
+		raw, ok := done[b.Settings]
+		if !ok {
+			var err error
+			if raw, err = b.Settings.MarshalJSON(); err != nil {
+				return a, err
+			}
+			done[b.Settings] = raw
 		}
 		a.Buckets[b.Name] = raw
 	}
@@ -79,10 +84,18 @@ func (c *Catalog) ApplyFile(f File, who string) error {
 			return err
 		}
 	}
+	var fresh []Spec
 	for _, spec := range f.Buckets {
+		if _, ok := c.Get(spec.Name); !ok {
+			fresh = append(fresh, spec)
+			continue
+		}
 		if err := c.applySpecLocked(spec, prev.Buckets[spec.Name], want.Buckets[spec.Name], who); err != nil {
 			return fmt.Errorf("bucket %q: %w", spec.Name, err)
 		}
+	}
+	if err := c.createManyLocked(fresh, who); err != nil {
+		return err
 	}
 	raw, err := json.Marshal(want)
 	if err != nil {

@@ -103,6 +103,7 @@ func (f *File) validateNode(p *problems) {
 	p.positiveIfSet("max_item_size", f.MaxItemSize)
 	p.positiveIfSet("max_frame_size", f.MaxFrameSize)
 	p.positiveIfSet("idle_timeout_ms", f.IdleTimeoutMS)
+	p.positiveIfSet("metrics_bucket_limit", f.MetricsBucketLimit)
 	if f.MaxInflightBytes != nil {
 		p.nonNegative("max_inflight_bytes", *f.MaxInflightBytes)
 	}

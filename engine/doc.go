@@ -45,7 +45,8 @@
 // group commit. With Options.WALSync false SyncWAL does nothing and acknowledged
 // writes may be lost on a crash or power loss. Note that a reader can see a
 // mutation before it is durable (read-uncommitted with respect to fsync).
-// Registry changes (CreateBucket, DeleteBucket, SetBucketSettings) and PutMeta
+// Registry changes (CreateBucket, CreateBuckets: one sync per batch of 4096,
+// DeleteBucket, SetBucketSettings) and PutMeta
 // are synced before they return, whatever WALSync says.
 //
 // # Disk full

@@ -290,8 +290,8 @@ type classWindow struct {
 	demand atomic.Int64 // Micro a command needs now: ceil(pxx·Micro/deadline) ≥ 1
 	pxx    atomic.Int64 // ns: the window's pXX, or expected until it has a sample
 
-	mu       sync.Mutex // guards the fields below
-	win      Window
+	mu       sync.Mutex    // guards the fields below
+	win      *Window       // nil until the class's first sample: 4 KiB a bucket never used does not pay
 	expected time.Duration // expected_execution_us
 }
 
@@ -436,6 +436,9 @@ func (b *BucketDeadline) Done(g Grant, exec time.Duration, success bool, now tim
 	}
 	c := &b.classes[g.pool]
 	c.mu.Lock()
+	if c.win == nil {
+		c.win = new(Window)
+	}
 	c.win.Add(exec)
 	b.refreshLocked(c)
 	c.mu.Unlock()
@@ -517,9 +520,11 @@ const WindowSize = 256
 // single copy, so an insert costs O(log 256) comparisons plus at most 255 moved
 // values and never allocates. Percentile is O(1).
 //
-// The zero Window is empty and ready to use. A Window is a fixed 4 KiB value: pass
-// pointers. It is not safe for concurrent use; BucketDeadline guards its windows with
-// a mutex.
+// The zero Window is empty and ready to use; a nil *Window is an empty window to
+// Len, Percentile and AppendSorted. A Window is a fixed 4 KiB value: pass pointers,
+// and allocate it when its first sample comes (BucketDeadline does: a node with
+// 100,000 buckets would otherwise hold 800 MiB of empty windows). It is not safe for
+// concurrent use; BucketDeadline guards its windows with a mutex.
 type Window struct {
 	ring   [WindowSize]time.Duration // insertion order; ring[next] is the oldest once full
 	sorted [WindowSize]time.Duration // sorted[:n] ascending
@@ -528,7 +533,12 @@ type Window struct {
 }
 
 // Len returns how many samples the window holds (at most WindowSize).
-func (w *Window) Len() int { return w.n }
+func (w *Window) Len() int {
+	if w == nil {
+		return 0
+	}
+	return w.n
+}
 
 // Add records one execution time, evicting the oldest once the window is full.
 // Negative durations count as 0.
@@ -574,7 +584,7 @@ func (w *Window) replace(old, d time.Duration) {
 // least p% of the samples at or below it) and true, or 0 and false while the window is
 // empty. p is clamped to [1, 100].
 func (w *Window) Percentile(p int) (time.Duration, bool) {
-	if w.n == 0 {
+	if w == nil || w.n == 0 {
 		return 0, false
 	}
 	return w.sorted[rank(p, w.n)], true
@@ -589,5 +599,8 @@ func rank(p, n int) int {
 
 // AppendSorted appends the samples in ascending order to dst.
 func (w *Window) AppendSorted(dst []time.Duration) []time.Duration {
+	if w == nil {
+		return dst
+	}
 	return append(dst, w.sorted[:w.n]...)
 }

@@ -75,7 +75,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	}
 	b.release() // gives the deadline grant back too
 	c.bucket.Throttle().CountRejected()
-	c.lat.add(&stateOf(c.bucket).lat, classOf(req.Opcode), c.cmdStart, 0, 0)
+	c.lat.add(stateOf(c.bucket).latency(), classOf(req.Opcode), c.cmdStart, 0, 0)
 	st := mc.StatusBusy
 	if d == ingress.TooLarge {
 		st = mc.StatusOutOfMemory
@@ -114,14 +114,14 @@ func (s *Server) throttled(c *conn, req *mc.Request, now time.Time) verdict {
 			body := strconv.AppendInt([]byte(`{"next_tick_us":`), s.throttle.NextTick(now), 10)
 			c.out = mc.AppendResponse(c.out, req.Alt(), &mc.Response{Opcode: req.Opcode,
 				Status: mc.StatusWouldThrottle, Opaque: req.Opaque, Datatype: mc.DatatypeJSON, Value: append(body, '}')})
-			c.lat.add(&stateOf(b).lat, classOf(req.Opcode), now, 0, 0)
+			c.lat.add(stateOf(b).latency(), classOf(req.Opcode), now, 0, 0)
 			return admitAnswered
 		}
 		c.parkedSince = now
 	} else if waited := now.Sub(c.parkedSince); waited > s.limits().MaxThrottleWait {
 		b.Throttle().AddWait(waited)
 		b.Throttle().CountRejected()
-		c.lat.add(&stateOf(b).lat, classOf(req.Opcode), c.parkedSince, waited, 0)
+		c.lat.add(stateOf(b).latency(), classOf(req.Opcode), c.parkedSince, waited, 0)
 		c.parkedSince = time.Time{}
 		c.replyError(req, mc.StatusTemporaryFailure, "throttled for "+strconv.FormatInt(waited.Milliseconds(), 10)+
 			" ms in bucket "+b.Name()+", longer than max_throttle_wait_ms="+
@@ -217,7 +217,7 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 	s.ingress.Settle(t, int64(len(it.Value)), now) // teaches the bucket's read estimate
 	endDeadline(&r, now)
 	s.ingress.Release(t, now)
-	c.lat.add(&stateOf(b).lat, classRead, now.Add(-r.throttled), r.throttled, 0)
+	c.lat.add(stateOf(b).latency(), classRead, now.Add(-r.throttled), r.throttled, 0)
 	return true
 }
 
@@ -326,13 +326,24 @@ func estimated(op mc.Opcode) bool {
 // bucketState is the server's own per-bucket state, which the catalog
 // carries on each bucket (catalog.Bucket.Ext) without interpreting it.
 type bucketState struct {
-	adm          *ingress.Bucket         // the bucket's admission limits, queues and figures
-	dl           *ingress.BucketDeadline // the bucket's deadline gate, windows and figures
-	lat          bucketLatency           // end-to-end, parked and queued latency
-	textCommands atomic.Int64            // data commands that came over the text/meta protocol
+	adm          *ingress.Bucket               // the bucket's admission limits, queues and figures
+	dl           *ingress.BucketDeadline       // the bucket's deadline gate, windows and figures
+	lat          atomic.Pointer[bucketLatency] // end-to-end, parked and queued latency; nil until the first command
+	textCommands atomic.Int64                  // data commands that came over the text/meta protocol
 }
 
 func stateOf(b *catalog.Bucket) *bucketState { return b.Ext().(*bucketState) }
+
+// latency returns the bucket's histograms, made at its first command: they
+// cost 1.3 KiB a bucket, which a node with 100,000 mostly idle buckets
+// should not pay for the idle ones.
+func (st *bucketState) latency() *bucketLatency {
+	if l := st.lat.Load(); l != nil {
+		return l
+	}
+	st.lat.CompareAndSwap(nil, new(bucketLatency))
+	return st.lat.Load()
+}
 
 // admissionLimits are the ingress limits of a bucket's settings.
 func admissionLimits(set tenant.Settings) ingress.BucketLimits {
@@ -359,4 +370,5 @@ func (h bucketHooks) SettingsChanged(b *catalog.Bucket) {
 // deleted".
 func (h bucketHooks) BucketRemoved(b *catalog.Bucket) {
 	h.s.ingress.RemoveBucket(stateOf(b).adm, h.s.opts.Now())
+	h.s.retired.add(b)
 }

@@ -309,7 +309,7 @@ func (c *conn) collectDone() {
 	c.inflight = nil
 	c.out = append(c.out, b.out...)
 	if b.job == nil && b.bucket != nil {
-		lat := &stateOf(b.bucket).lat
+		lat := stateOf(b.bucket).latency()
 		for _, r := range b.reqs {
 			c.lat.add(lat, classOf(r.hdr.op), r.start, r.throttled, r.queued)
 		}

@@ -182,9 +182,10 @@ func describeDeadline(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// collectDeadline exports the deadline figures STAT bucket_details shows.
-func (s *Server) collectDeadline(ch chan<- prometheus.Metric) {
-	for _, b := range s.cat.All() {
+// collectDeadline exports the deadline figures STAT bucket_details shows,
+// for the buckets shown.
+func (s *Server) collectDeadline(ch chan<- prometheus.Metric, shown []*catalog.Bucket) {
+	for _, b := range shown {
 		st, name := stateOf(b).dl.Stats(), b.Name()
 		emitCounter(ch, descDlRejected, float64(st.Rejected), name)
 		emitCounter(ch, descDlExpired, float64(st.Expired), name)

@@ -41,6 +41,9 @@ const (
 	// DefaultWALSync: every acknowledged mutation is fsynced (Options
 	// states it as DisableWALSync false).
 	DefaultWALSync = true
+	// DefaultMetricsBucketLimit is how many buckets /metrics and STAT
+	// bucket_details show per bucket at most (all of them up to it).
+	DefaultMetricsBucketLimit = 1000
 	// DefaultTextProtocol: memcached's text and meta protocols are served
 	// on the protocol port beside binary (Options states it as DisableText
 	// false).

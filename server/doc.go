@@ -50,7 +50,9 @@
 // login.go instead, which paces attempts per remote address and verifies
 // passwords on its own small pool. stats.go gathers the
 // STAT groups, metrics.go the Prometheus figures; both are read at request
-// or scrape time from counters the data path keeps anyway. server.go wires
+// or scrape time from counters the data path keeps anyway, and shown.go
+// picks the buckets whose figures they list on a node with many (all up
+// to metrics_bucket_limit, the most active past it) and the node totals. server.go wires
 // gnet and the housekeeping goroutine (throttle ticks, then in a cluster
 // catalog.TickCluster, which publishes the node's demand and applies its
 // shares; prober, idle sweep); shutdown.go the drain at shutdown; options.go

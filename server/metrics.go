@@ -9,13 +9,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
+	"kvd/catalog"
 	"kvd/ingress"
 )
 
 // metrics is the server's Prometheus view. Almost everything is read at
 // scrape time from the counters the server keeps anyway (the collector
 // below), so the data path pays nothing for it; the one histogram observed
-// per command uses handles resolved once.
+// per command uses handles resolved once. Per-bucket series cover every
+// bucket up to metrics_bucket_limit, the most active ones past it
+// (shown.go).
 type metrics struct {
 	reg      *prometheus.Registry
 	duration [2]prometheus.Observer // by command class: read, write
@@ -95,6 +98,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	describeIngress(ch)
+	describeTotals(ch)
 	describeLatency(ch)
 	describeDeadline(ch)
 	describeCluster(ch)
@@ -104,7 +108,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	counter := func(d *prometheus.Desc, v float64, l ...string) { emitCounter(ch, d, v, l...) }
 	gauge := func(d *prometheus.Desc, v float64, l ...string) { emitGauge(ch, d, v, l...) }
-	for _, b := range s.cat.All() {
+	all := s.cat.All()
+	shown := s.shownBuckets(all, s.limits().MetricsBucketLimit)
+	for _, b := range shown {
 		st := b.Throttle().Stats()
 		counter(descRU, float64(st.RU), b.Name())
 		counter(descWU, float64(st.WU), b.Name())
@@ -116,7 +122,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descClients, float64(st.Clients), b.Name())
 		gauge(descItems, float64(b.Store().ItemCount()), b.Name())
 		gauge(descReserved, float64(st.EffectiveReserved), b.Name())
-		stateOf(b).lat.collect(ch, b.Name())
+		if l := stateOf(b).lat.Load(); l != nil {
+			l.collect(ch, b.Name())
+		}
 	}
 	node := s.throttle.Stats()
 	gauge(descCapacity, float64(node.Capacity))
@@ -124,9 +132,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descNodeLast, float64(node.LastSecond))
 	gauge(descConns, float64(s.currConns.Load()))
 	counter(descConnsTot, float64(s.totalConns.Load()))
+	s.collectTotals(ch, all, len(shown))
 	c.collectPebble(ch)
-	s.collectIngress(ch)
-	s.collectDeadline(ch)
+	s.collectIngress(ch, shown)
+	s.collectDeadline(ch, shown)
 	s.collectCluster(ch)
 }
 
@@ -195,8 +204,9 @@ func describeIngress(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// collectIngress exports the same figures STAT ingress shows.
-func (s *Server) collectIngress(ch chan<- prometheus.Metric) {
+// collectIngress exports the same figures STAT ingress shows, and the
+// admission figures of the buckets shown.
+func (s *Server) collectIngress(ch chan<- prometheus.Metric, shown []*catalog.Bucket) {
 	st := s.ingress.Stats()
 	for _, p := range []struct {
 		name string
@@ -222,7 +232,7 @@ func (s *Server) collectIngress(ch chan<- prometheus.Metric) {
 	g(descMemWaiting, float64(mem.Waiting))
 	c(descMemEvents, float64(mem.Waited), "waited")
 	c(descMemEvents, float64(mem.Rejected), "rejected")
-	for _, b := range s.cat.All() {
+	for _, b := range shown {
 		bs, name := stateOf(b).adm.Stats(), b.Name()
 		g(descBktInFl, float64(bs.InFlight), name)
 		g(descBktQueue, float64(bs.QueueLength), name)

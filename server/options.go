@@ -98,6 +98,11 @@ type Options struct {
 	// MaxThrottleWait is the longest a throttled command stays parked
 	// before it is answered 0x86. Default DefaultMaxThrottleWait.
 	MaxThrottleWait time.Duration
+	// MetricsBucketLimit: /metrics and STAT bucket_details show every
+	// bucket while the node has at most this many, and past it only the
+	// most active ones, at most this many (server/shown.go). Default
+	// DefaultMetricsBucketLimit.
+	MetricsBucketLimit int
 	// Ingress configures ticketed admission. Defaults: see package ingress.
 	Ingress IngressOptions
 	// Logger receives admin changes and errors. Default slog.Default().
@@ -128,6 +133,7 @@ func (o *Options) EnsureDefaults() {
 	orDefault(&o.ReadUnitSize, DefaultReadUnitSize)
 	orDefault(&o.WriteUnitSize, DefaultWriteUnitSize)
 	orDefault(&o.MaxThrottleWait, DefaultMaxThrottleWait)
+	orDefault(&o.MetricsBucketLimit, DefaultMetricsBucketLimit)
 	if o.ItemCacheSize == 0 {
 		o.ItemCacheSize = DefaultItemCacheSize()
 	}
@@ -169,6 +175,7 @@ type Limits struct {
 	WriteUnitSize           int
 	MaxThrottleWait         time.Duration
 	AnonymousBucket         string
+	MetricsBucketLimit      int
 }
 
 func limitsOf(o *Options) *Limits {
@@ -176,6 +183,7 @@ func limitsOf(o *Options) *Limits {
 		MaxConnections: o.MaxConnections, MaxConnectionsPerBucket: o.MaxConnectionsPerBucket,
 		IdleTimeout: o.IdleTimeout, ReadUnitSize: o.ReadUnitSize, WriteUnitSize: o.WriteUnitSize,
 		MaxThrottleWait: o.MaxThrottleWait, AnonymousBucket: o.AnonymousBucket,
+		MetricsBucketLimit: o.MetricsBucketLimit,
 	}
 }
 

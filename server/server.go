@@ -47,6 +47,7 @@ type Server struct {
 	logins     *loginGate // paces and verifies SASL attempts (login.go)
 	syncs      syncer
 	metrics    *metrics
+	retired    retiredTotals // figures of deleted buckets, for the node totals
 
 	stopHouse chan struct{}
 	houseDone chan struct{}

@@ -2,7 +2,9 @@ package server
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
+	"strings"
 
 	"kvd/catalog"
 	mc "kvd/protocol/binary"
@@ -111,10 +113,13 @@ func detailOf(b *catalog.Bucket) bucketDetail {
 }
 
 // bucketDetails is STAT "bucket_details NAME": that bucket's JSON document
-// under its name; or, for "bucket_details", {"buckets":[…]} of every bucket
-// for which canSee is true.
+// under its name; for "bucket_details", {"buckets":[…], "buckets_total":
+// N, "buckets_omitted": M} of the buckets for which canSee is true, sorted
+// by name: all of them while there are at most metrics_bucket_limit, the
+// most active ones past it (shown.go), M being those left out; for
+// "bucket_details *", all of them whatever their number.
 func (s *Server) bucketDetails(name string, canSee func(string) bool) (string, []byte, mc.Status, string) {
-	if name != "" {
+	if name != "" && name != "*" {
 		b, ok := s.cat.Get(name)
 		switch {
 		case !canSee(name):
@@ -125,14 +130,24 @@ func (s *Server) bucketDetails(name string, canSee func(string) bool) (string, [
 		doc, _ := json.Marshal(detailOf(b))
 		return name, doc, mc.StatusOK, ""
 	}
-	var all struct {
-		Buckets []bucketDetail `json:"buckets"`
-	}
-	all.Buckets = []bucketDetail{}
-	for _, n := range s.cat.Names(canSee) {
-		if b, ok := s.cat.Get(n); ok {
-			all.Buckets = append(all.Buckets, detailOf(b))
+	var visible []*catalog.Bucket
+	for _, b := range s.cat.All() {
+		if canSee(b.Name()) {
+			visible = append(visible, b)
 		}
+	}
+	shown := visible
+	if name != "*" {
+		shown = s.shownBuckets(visible, s.limits().MetricsBucketLimit)
+	}
+	slices.SortFunc(shown, func(x, y *catalog.Bucket) int { return strings.Compare(x.Name(), y.Name()) })
+	all := struct {
+		Buckets []bucketDetail `json:"buckets"`
+		Total   int            `json:"buckets_total"`
+		Omitted int            `json:"buckets_omitted"`
+	}{Buckets: make([]bucketDetail, 0, len(shown)), Total: len(visible), Omitted: len(visible) - len(shown)}
+	for _, b := range shown {
+		all.Buckets = append(all.Buckets, detailOf(b))
 	}
 	doc, _ := json.Marshal(all)
 	return "bucket_details", doc, mc.StatusOK, ""

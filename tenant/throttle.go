@@ -60,11 +60,14 @@ type Throttle struct {
 	lastNode atomic.Int64 // node usage of the last finished second
 	window   *gauge.Window
 
-	mu      sync.Mutex
-	buckets []*BucketThrottle // guarded by mu
-	demands []int64           // guarded by mu; scratch for FairShare
-	shares  []int64           // guarded by mu; scratch for FairShare
-	rotate  int               // guarded by mu; rotates FairShare's remainder
+	mu          sync.Mutex
+	buckets     []*BucketThrottle // guarded by mu; b.index is b's place
+	demands     []int64           // guarded by mu; scratch for FairShare
+	shares      []int64           // guarded by mu; scratch for FairShare
+	rotate      int               // guarded by mu; rotates FairShare's remainder
+	reservedSum int64             // guarded by mu: Σ positive effective reservations
+	poolDemand  int64             // guarded by mu: Σ free-pool demands, when allMet
+	allMet      bool              // guarded by mu: the shares meet every demand
 }
 
 // BucketThrottle is one bucket's throttle state and counters. Safe for
@@ -82,9 +85,17 @@ type BucketThrottle struct {
 	clients   atomic.Int64
 	warm      bool  // guarded by Throttle.mu: had a connection during the last second
 	demand    int64 // guarded by Throttle.mu: units wanted this second, reservation included; Unlimited for all it can get
+	pool      int64 // guarded by Throttle.mu: what it asked of the free pool at the last refresh
+	index     int   // guarded by Throttle.mu: its place in Throttle.buckets
 
 	ru, wu, commands, throttled, rejected, waitUS atomic.Int64
 	refused                                       atomic.Int64 // pending units Check refused
+
+	// Activity, for picking the buckets worth showing on a node with many
+	// (see Activity).
+	activeTick atomic.Int64 // the last tick that ended a second with activity; 0 for none
+	activity   atomic.Int64 // units and events per second, decayed by 1/16 a second
+	events     int64        // guarded by Throttle.mu: commands+throttled+rejected at the last tick
 }
 
 // NewThrottle returns a throttle with the given node capacity (units per
@@ -99,7 +110,7 @@ func NewThrottle(capacity int64, now time.Time) *Throttle {
 // Add registers a bucket with the given settings and returns its state. A
 // new bucket has no connection yet, so it starts with 10% of its
 // reservation and, until the next tick, no share of its own: it takes from
-// the spare like everyone else.
+// the spare like everyone else. See AddMany for its cost.
 func (t *Throttle) Add(name string, reserved, hardLimit int64) *BucketThrottle {
 	return t.AddMany([]BucketLimits{{Name: name, Reserved: reserved, HardLimit: hardLimit}})[0]
 }
@@ -110,9 +121,12 @@ type BucketLimits struct {
 	Reserved, HardLimit int64
 }
 
-// AddMany registers several buckets as Add does, with one refresh of the
-// node's shares for all of them: registering n buckets one by one costs
-// O(n²), at once O(n) (a start with 100,000 buckets).
+// AddMany registers several buckets as Add does. While the free pool meets
+// every bucket's demand (no bucket is held back by its share), adding a
+// bucket only takes its effective reservation out of the free pool: O(1)
+// per bucket, so creating buckets one at a time stays as cheap with
+// 100,000 buckets as with ten. Otherwise the node's shares are computed
+// again, once for the whole list.
 func (t *Throttle) AddMany(list []BucketLimits) []*BucketThrottle {
 	out := make([]*BucketThrottle, len(list))
 	for i, l := range list {
@@ -122,23 +136,54 @@ func (t *Throttle) AddMany(list []BucketLimits) []*BucketThrottle {
 		out[i] = b
 	}
 	t.mu.Lock()
-	t.buckets = append(t.buckets, out...)
-	t.refreshLocked()
-	t.mu.Unlock()
+	defer t.mu.Unlock()
+	for _, b := range out {
+		b.index = len(t.buckets)
+		t.buckets = append(t.buckets, b)
+		eff := b.reserved.Load()
+		if eff > 0 {
+			eff /= 10 // not warm yet: slow start
+			t.reservedSum += eff
+		}
+		b.effective.Store(eff) // no demand yet: no share, nothing asked of the pool
+	}
+	t.settleLocked()
 	return out
+}
+
+// settleLocked brings the free pool and the spare in line with
+// reservedSum after buckets came or went, and recomputes every share only
+// when the new free pool no longer meets the demands they were computed
+// for.
+func (t *Throttle) settleLocked() {
+	freeCap := max(0, t.capacity.Load()-t.reservedSum)
+	if !t.allMet || t.poolDemand > freeCap {
+		t.refreshLocked()
+		return
+	}
+	t.freeCap.Store(freeCap)
+	t.spare.Store(freeCap - t.poolDemand)
 }
 
 // Remove unregisters a bucket; its reservation returns to the free pool.
 func (t *Throttle) Remove(b *BucketThrottle) {
 	t.mu.Lock()
-	for i, x := range t.buckets {
-		if x == b {
-			t.buckets = append(t.buckets[:i], t.buckets[i+1:]...)
-			break
-		}
+	defer t.mu.Unlock()
+	i := b.index
+	if i >= len(t.buckets) || t.buckets[i] != b {
+		return // not registered
 	}
-	t.refreshLocked()
-	t.mu.Unlock()
+	last := len(t.buckets) - 1
+	t.buckets[i] = t.buckets[last]
+	t.buckets[i].index = i
+	t.buckets[last] = nil
+	t.buckets = t.buckets[:last]
+	b.index = -1
+	if eff := b.effective.Load(); eff > 0 {
+		t.reservedSum -= eff
+	}
+	t.poolDemand -= b.pool
+	t.settleLocked()
 }
 
 // SetCapacity changes the node capacity; it applies at once.
@@ -236,8 +281,9 @@ func (t *Throttle) Tick(now time.Time) bool {
 		return false
 	}
 	t.mu.Lock()
+	tick := t.ticks.Load() + n
 	for _, b := range t.buckets {
-		b.tickLocked(n)
+		b.noteActivityLocked(n, tick, b.tickLocked(n))
 	}
 	t.free.Tick(gauge.Unlimited)
 	t.spareUse.Tick(gauge.Unlimited)
@@ -249,8 +295,9 @@ func (t *Throttle) Tick(now time.Time) bool {
 }
 
 // tickLocked ends a second for one bucket: carry-over above the hard limit,
-// slow start, and its free-pool demand for the next second.
-func (b *BucketThrottle) tickLocked(n int64) {
+// slow start, and its free-pool demand for the next second. It returns
+// the units used in the second that ended.
+func (b *BucketThrottle) tickLocked(n int64) int64 {
 	hl := b.hardLimit.Load()
 	var used int64
 	if hl >= 0 {
@@ -268,10 +315,40 @@ func (b *BucketThrottle) tickLocked(n int64) {
 	default:
 		b.demand = used + used/4 + 1 // all units; refreshLocked takes off the reservation
 	}
+	return used
+}
+
+// noteActivityLocked folds the second that ended at tick into the
+// bucket's activity: units used, commands, throttle decisions and
+// rejections, and whether a connection had it selected.
+func (b *BucketThrottle) noteActivityLocked(n, tick, used int64) {
+	events := b.commands.Load() + b.throttled.Load() + b.rejected.Load()
+	fresh := events - b.events + used
+	b.events = events
+	act := b.activity.Load()
+	for range min(n, 64) {
+		act -= act / 16
+	}
+	if fresh > 0 {
+		act += fresh
+	}
+	b.activity.Store(act)
+	if fresh > 0 || b.clients.Load() > 0 {
+		b.activeTick.Store(tick)
+	}
+}
+
+// Activity returns the bucket's recent activity (units used plus
+// commands, throttle decisions and rejections per second, averaged with
+// a decay of 1/16 a second: about the last 16 s) and the tick that last
+// ended a second in which it had any, or a connection (0: never). Compare
+// the tick with NodeStats.Ticks.
+func (b *BucketThrottle) Activity() (score, lastTick int64) {
+	return b.activity.Load(), b.activeTick.Load()
 }
 
 // refreshLocked recomputes the effective reservations, the free pool and
-// the shares from the current settings and demands.
+// the shares from the current settings and demands: O(n) in the buckets.
 func (t *Throttle) refreshLocked() {
 	reservedSum := int64(0)
 	for _, b := range t.buckets {
@@ -284,38 +361,50 @@ func (t *Throttle) refreshLocked() {
 			reservedSum += eff
 		}
 	}
+	t.reservedSum = reservedSum
 	freeCap := max(0, t.capacity.Load()-reservedSum)
 	t.freeCap.Store(freeCap)
 	n := len(t.buckets)
 	t.demands, t.shares = t.demands[:0], t.shares[:0]
 	for i := range n {
-		b := t.buckets[(i+t.rotate)%n]
-		d := b.demand
-		switch {
-		case b.reserved.Load() < 0:
-			d = 0 // never draws on the free pool
-		case d > 0:
-			d = max(0, d-b.effective.Load())
-		}
-		if hl := b.hardLimit.Load(); hl >= 0 && b.reserved.Load() >= 0 {
-			room := max(0, hl-b.effective.Load())
-			if d < 0 || d > room {
-				d = room
-			}
-		}
-		t.demands = append(t.demands, d)
+		t.demands = append(t.demands, t.buckets[(i+t.rotate)%n].poolDemandLocked())
 		t.shares = append(t.shares, 0)
 	}
 	gauge.FairShare(freeCap, t.demands, t.shares)
-	spare := freeCap
+	spare, asked, met := freeCap, int64(0), true
 	for i := range n {
-		t.buckets[(i+t.rotate)%n].share.Store(t.shares[i])
+		b := t.buckets[(i+t.rotate)%n]
+		b.share.Store(t.shares[i])
+		b.pool = t.demands[i]
 		spare -= t.shares[i]
+		asked += max(t.demands[i], 0)
+		met = met && t.demands[i] >= 0 && t.shares[i] == t.demands[i]
 	}
 	t.spare.Store(max(0, spare))
+	t.poolDemand, t.allMet = asked, met
 	if n > 0 {
 		t.rotate = (t.rotate + 1) % n
 	}
+}
+
+// poolDemandLocked is what the bucket asks of the free pool this second:
+// its demand beyond its effective reservation, within its hard limit;
+// Unlimited (negative) for all it can get.
+func (b *BucketThrottle) poolDemandLocked() int64 {
+	d := b.demand
+	switch {
+	case b.reserved.Load() < 0:
+		d = 0 // never draws on the free pool
+	case d > 0:
+		d = max(0, d-b.effective.Load())
+	}
+	if hl := b.hardLimit.Load(); hl >= 0 && b.reserved.Load() >= 0 {
+		room := max(0, hl-b.effective.Load())
+		if d < 0 || d > room {
+			d = room
+		}
+	}
+	return d
 }
 
 // Attach counts a connection that selected the bucket; from the next tick on

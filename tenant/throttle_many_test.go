@@ -29,3 +29,45 @@ func TestAddManyMatchesAdd(t *testing.T) {
 		}
 	}
 }
+
+// TestAddRemoveIncremental adds and removes buckets one at a time, some
+// with demand on the free pool: after each step the node's figures are
+// those a full recomputation of the shares gives.
+func TestAddRemoveIncremental(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	th := NewThrottle(30000, now) // contended at times: both paths of settleLocked
+	var live []*BucketThrottle
+	for i := range 400 {
+		switch {
+		case i%7 == 3 && len(live) > 0:
+			th.Remove(live[i%len(live)])
+			live = append(live[:i%len(live)], live[i%len(live)+1:]...)
+		default:
+			live = append(live, th.Add(fmt.Sprintf("b%d", i), int64(i%5*100), int64(i%3*2000-1)))
+		}
+		if i%50 == 49 { // some buckets use units: demands for the next second
+			for j, b := range live {
+				if j%4 == 0 {
+					th.Charge(b, int64(j*10), 0)
+				}
+			}
+			now = now.Add(time.Second)
+			th.Tick(now)
+		}
+		got := th.Stats()
+		th.mu.Lock()
+		th.refreshLocked()
+		th.mu.Unlock()
+		if want := th.Stats(); got.FreePool != want.FreePool || got.Spare != want.Spare {
+			t.Fatalf("step %d: incremental free pool %d spare %d, recomputed %d and %d", i, got.FreePool, got.Spare, want.FreePool, want.Spare)
+		}
+		for k, b := range th.buckets {
+			if b.index != k {
+				t.Fatalf("step %d: bucket %s at %d has index %d", i, b.name, k, b.index)
+			}
+		}
+	}
+	if len(th.buckets) != len(live) {
+		t.Fatalf("%d buckets registered, want %d", len(th.buckets), len(live))
+	}
+}

@@ -79,6 +79,8 @@ type kvd struct {
 	cmd     *exec.Cmd
 	log     *lockedBuffer
 	done    chan error
+	// StartWait bounds how long start waits for kvd to serve; 0 is 15 s.
+	StartWait time.Duration
 }
 
 // testConfig is the config most tests use: an anonymous "default" bucket,
@@ -97,12 +99,19 @@ const testConfig = `{
 // startKVD starts kvd with the given config JSON in a fresh data dir.
 func startKVD(t testing.TB, configJSON string, args ...string) *kvd {
 	t.Helper()
+	k := newKVD(t, configJSON)
+	k.start(args...)
+	return k
+}
+
+// newKVD prepares a data dir and config for kvd without starting it.
+func newKVD(t testing.TB, configJSON string) *kvd {
+	t.Helper()
 	dir := t.TempDir()
 	k := &kvd{t: t, DataDir: filepath.Join(dir, "data"), Config: filepath.Join(dir, "serverless.json")}
 	if err := os.WriteFile(k.Config, []byte(configJSON), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	k.start(args...)
 	t.Cleanup(func() { k.Stop() })
 	return k
 }
@@ -139,7 +148,11 @@ func (k *kvd) startOnce(args ...string) error {
 	}
 	k.done = make(chan error, 1)
 	go func() { k.done <- k.cmd.Wait() }()
-	deadline := time.Now().Add(15 * time.Second)
+	wait := k.StartWait
+	if wait == 0 {
+		wait = 15 * time.Second
+	}
+	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
 		if strings.Contains(k.log.String(), "kvd serving") {
 			if c, err := net.DialTimeout("tcp", k.Addr, 200*time.Millisecond); err == nil {
@@ -154,7 +167,7 @@ func (k *kvd) startOnce(args ...string) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("kvd did not serve on %s within 15s\n%s", k.Addr, k.log.String())
+	return fmt.Errorf("kvd did not serve on %s within %v\n%s", k.Addr, wait, k.log.String())
 }
 
 // Stop sends SIGTERM and waits for a clean exit (status 0).

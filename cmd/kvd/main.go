@@ -175,6 +175,7 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 		ReadUnitSize:            cfg.ReadUnitSize,
 		WriteUnitSize:           cfg.WriteUnitSize,
 		MaxThrottleWait:         millis(cfg.MaxThrottleWaitMS),
+		MetricsBucketLimit:      orZero(cfg.MetricsBucketLimit),
 		Ingress:                 ingressOptions(cfg.Ingress),
 		Logger:                  log,
 		DefaultSettings: server.BucketSettings{
