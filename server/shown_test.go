@@ -72,12 +72,12 @@ func TestNodeTotalsKeepDeleted(t *testing.T) {
 		b.Throttle().CountCommand()
 	}
 	stateOf(b).latency().command(classRead, time.Millisecond, 0, 0)
-	totals := func() nodeTotals {
-		var n nodeTotals
+	totals := func() *nodeTotals {
+		n := new(nodeTotals)
 		for _, b := range s.cat.All() {
 			n.add(b)
 		}
-		s.retired.addTo(&n)
+		s.retired.addTo(n)
 		return n
 	}
 	before := totals()
