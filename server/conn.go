@@ -78,6 +78,17 @@ type conn struct {
 	txt      *textConn // text/meta protocol state, nil for binary
 	usersGen uint64    // the users generation this connection last checked (reload.go: revoke)
 
+	// Network memory (flow.go): what the connection held at the end of its
+	// last pass (heldPub is the copy housekeeping reads), why it is paused,
+	// whether decoding stopped this pass, and its loop's epoll descriptor
+	// (0 unknown yet, -1 unavailable).
+	held      int64
+	paused    uint8
+	stopped   bool
+	epfd      int
+	heldPub   atomic.Int64
+	memResume atomic.Bool // housekeeping lets a memory-paused connection go on
+
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set (see park)
 	finSent      atomic.Bool  // shutting down: the last reply went, followed by FIN
@@ -92,12 +103,17 @@ func newConn(s *Server, gc netConn, remote string) *conn {
 }
 
 // onTraffic collects a finished batch, serves as much input as it can, and
-// flushes the replies with one write.
+// flushes the replies with one write. A paused connection (flow.go) looks
+// at its figures first: it may go on.
 func (c *conn) onTraffic() gnet.Action {
 	if c.srv.stopping.Load() {
 		return c.onShutdown()
 	}
 	c.collectDone()
+	if c.paused != 0 && c.account() == gnet.Close {
+		return gnet.Close
+	}
+	c.stopped = false
 	action := c.serve()
 	if len(c.out) > 0 {
 		_, _ = c.gc.Write(c.out)
@@ -113,10 +129,11 @@ func (c *conn) onTraffic() gnet.Action {
 	if c.quitting && c.inflight == nil {
 		return gnet.Close
 	}
-	limit := c.srv.opts.MaxConnBuffer
-	if c.gc.InboundBuffered() > limit || c.gc.OutboundBuffered() > limit {
-		c.srv.log.Warn("closing connection", "remote", c.remote, "reason", "buffer over limit", "limit", limit)
+	if c.account() == gnet.Close {
 		return gnet.Close
+	}
+	if c.stopped && c.paused == 0 && c.inflight == nil {
+		_ = c.gc.Wake(nil) // decoding stopped for output that the write took: go on
 	}
 	return action
 }
@@ -167,17 +184,15 @@ func (c *conn) serve() gnet.Action {
 
 // mayDecode is checked before each command of either protocol: a reload
 // that revoked the user's access applies before the next command
-// (checkUsers), and replies answered on the loop (resident GETs) that pass
-// the connection's buffer limit within one pass stop it, as onTraffic would
-// after the write.
+// (checkUsers); a paused connection, or one whose unsent replies reach
+// max_conn_output (resident GETs answered on the loop fill them within one
+// pass), decodes nothing more until they drain (flow.go).
 func (c *conn) mayDecode() bool {
 	if c.checkUsers(); c.quitting {
 		return false
 	}
-	if len(c.out) > c.srv.opts.MaxConnBuffer {
-		c.srv.log.Warn("closing connection", "remote", c.remote, "reason", "buffer over limit",
-			"limit", c.srv.opts.MaxConnBuffer)
-		c.quitting = true
+	if c.paused != 0 || c.outputFull() {
+		c.stopped = true
 		return false
 	}
 	return true
@@ -256,13 +271,26 @@ func (c *conn) precheck(req *binary.Request) (binary.Status, string) {
 
 // batchData passes a data command through admission, which adds it to the
 // batch being collected (or queues it, or answers it). It returns false
-// when the command stays in the input for later.
+// when the command stays in the input for later: the batch is full, or the
+// connection's unsent replies reach max_conn_output. A batch holds at most
+// max_conn_output / max_item_size reads (at least one), so that its replies,
+// whose sizes are unknown until it runs, stay within about that cap too.
 func (c *conn) batchData(req *binary.Request) bool {
+	if c.outputFull() {
+		c.stopped = true
+		return false
+	}
 	b := c.collect
-	if b != nil && (len(b.reqs) >= maxBatchCommands || b.bytes+len(req.Value) > maxBatchBytes) {
+	if b != nil && (len(b.reqs) >= maxBatchCommands || b.bytes+len(req.Value) > maxBatchBytes ||
+		(estimated(req.Opcode) && b.reads >= c.srv.maxBatchReads())) {
 		return false
 	}
 	return c.srv.admit(c, req) != admitWait
+}
+
+// maxBatchReads is how many reads one batch may carry (see batchData).
+func (s *Server) maxBatchReads() int {
+	return max(1, s.opts.MaxConnOutput/s.opts.MaxItemSize)
 }
 
 // dispatch sends the collected batch to a worker.
@@ -322,6 +350,7 @@ func (c *conn) collectDone() {
 
 // close runs on the loop from OnClose.
 func (c *conn) close() {
+	c.forget()
 	if b := c.inflight; b != nil {
 		c.srv.abandon(b, c.srv.opts.Now())
 	}
