@@ -1,6 +1,7 @@
 package server
 
 import (
+	ebin "encoding/binary"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,6 +86,7 @@ type conn struct {
 	held      int64
 	paused    uint8
 	stopped   bool
+	swallow   int // bytes of a refused frame still to discard (refuseLarge)
 	epfd      int
 	heldPub   atomic.Int64
 	memResume atomic.Bool // housekeeping lets a memory-paused connection go on
@@ -154,6 +156,9 @@ func (c *conn) serve() gnet.Action {
 		if !c.mayDecode() {
 			return gnet.None
 		}
+		if c.swallow > 0 && !c.swallowBody() {
+			return gnet.None
+		}
 		buf := c.peekFrame()
 		if len(buf) == 0 {
 			c.partialSince.Store(0)
@@ -168,6 +173,9 @@ func (c *conn) serve() gnet.Action {
 			return c.protocolError(&req, len(buf), err)
 		}
 		if n == 0 {
+			if c.collect == nil && c.refuseLarge(buf) {
+				continue
+			}
 			if c.collect == nil && c.partialSince.Load() == 0 {
 				c.partialSince.Store(c.srv.opts.Now().UnixNano())
 			}
@@ -215,6 +223,50 @@ func (c *conn) peekFrame() []byte {
 	}
 	buf, _ := c.gc.Peek(need)
 	return buf
+}
+
+// refuseLarge answers a storage command whose value cannot fit
+// max_item_size as soon as its header is in (0x03 "value too large", as
+// precheck would once it all arrived), and swallows its body as it comes,
+// the way memcached does: a client that announces a large value and stalls
+// costs a header, and one that sends it costs no buffer.
+func (c *conn) refuseLarge(hdr []byte) bool {
+	if len(hdr) < binary.HeaderLen {
+		return false
+	}
+	op := binary.Opcode(hdr[1])
+	switch op.NonQuiet() {
+	case binary.OpSet, binary.OpAdd, binary.OpReplace, binary.OpAppend, binary.OpPrepend:
+	default:
+		return false
+	}
+	req := binary.Request{Magic: hdr[0], Opcode: op, Opaque: ebin.BigEndian.Uint32(hdr[12:16])}
+	framing, key := 0, int(ebin.BigEndian.Uint16(hdr[2:4]))
+	if req.Alt() {
+		framing, key = int(hdr[2]), int(hdr[3])
+	}
+	if binary.BodyLen(hdr)-framing-int(hdr[4])-key <= c.srv.opts.MaxItemSize {
+		return false
+	}
+	c.replyError(&req, binary.StatusTooBig, "value too large")
+	c.swallow = binary.FrameLen(hdr)
+	c.swallowBody()
+	return true
+}
+
+// swallowBody discards what is left of a refused frame; it reports whether
+// all of it is gone.
+func (c *conn) swallowBody() bool {
+	n := min(c.swallow, c.gc.InboundBuffered())
+	_, _ = c.gc.Discard(n)
+	if c.swallow -= n; c.swallow > 0 {
+		if c.partialSince.Load() == 0 {
+			c.partialSince.Store(c.srv.opts.Now().UnixNano())
+		}
+		return false
+	}
+	c.partialSince.Store(0)
+	return true
 }
 
 // handle takes one decoded frame. It returns false when the frame must wait

@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"reflect"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -127,7 +128,7 @@ func (c *conn) account() gnet.Action {
 	was := c.paused
 	c.paused = c.wantPause(out, held, total)
 	if c.paused != 0 || was != 0 {
-		c.setReading(c.paused == 0, out > 0)
+		c.setReading(c.paused == 0, out > 0, c.paused&pausedMemory != 0)
 	}
 	if c.paused != 0 && was == 0 {
 		s.flow.watch(c, true)
@@ -185,16 +186,21 @@ func (c *conn) forget() {
 // readSwitch turns a connection's read interest on or off; gnet.Conn gets
 // it through gnet's internals (pollerOf), the tests' fake conn directly.
 type readSwitch interface {
-	setReading(on, writing bool) error
+	setReading(on, writing, hangup bool) error
 }
 
 // setReading puts the socket's interest in its loop's epoll set to read (on)
-// or to nothing but write when replies wait (off). gnet itself turns
-// reading back on when its outbound buffer drains; account turns it off
-// again on the next pass if the connection is still paused.
-func (c *conn) setReading(on, writing bool) {
+// or to nothing but write when replies wait (off). With hangup, a client's
+// FIN (EPOLLRDHUP) reaches gnet, which then closes the connection: a
+// memory-paused client that leaves frees what it holds at once, instead of
+// at the idle timeout. (An output pause leaves it out: a client that
+// half-closes and then reads its replies slowly is served to the end.)
+// gnet itself turns reading back on when its outbound buffer drains;
+// account turns it off again on the next pass if the connection is still
+// paused.
+func (c *conn) setReading(on, writing, hangup bool) {
 	if rs, ok := c.gc.(readSwitch); ok {
-		_ = rs.setReading(on, writing)
+		_ = rs.setReading(on, writing, hangup)
 		return
 	}
 	gc, ok := c.gc.(gnet.Conn)
@@ -213,6 +219,9 @@ func (c *conn) setReading(on, writing bool) {
 	}
 	if writing {
 		ev |= unix.EPOLLOUT
+	}
+	if hangup && !on {
+		ev |= unix.EPOLLRDHUP
 	}
 	fd := gc.Fd()
 	_ = unix.EpollCtl(c.epfd, unix.EPOLL_CTL_MOD, fd, &unix.EpollEvent{Fd: int32(fd), Events: ev})
@@ -310,5 +319,6 @@ func (s *Server) freeOS(now time.Time, total int64) {
 	}
 	f.lastFree = now
 	f.peak.Store(total)
+	runtime.GC() // gnet's buffer pools (sync.Pool) keep what they held for one more collection
 	debug.FreeOSMemory()
 }

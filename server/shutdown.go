@@ -111,7 +111,7 @@ func (c *conn) onShutdown() gnet.Action {
 	if c.paused != 0 { // read and answer what is left, whatever it holds
 		c.paused = 0
 		c.srv.flow.watch(c, false)
-		c.setReading(true, c.gc.OutboundBuffered() > 0)
+		c.setReading(true, c.gc.OutboundBuffered() > 0, false)
 	}
 	if c.finSent.Load() {
 		_, _ = c.gc.Discard(c.gc.InboundBuffered())
