@@ -2,7 +2,6 @@ package server
 
 import (
 	"cmp"
-	"reflect"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
-	"golang.org/x/sys/unix"
 )
 
 // Network memory: the bytes the connections hold in gnet's buffers, input
@@ -34,9 +32,10 @@ import (
 // gnet reads every readable socket into its inbound buffer and has no API
 // to stop; pausing takes the socket's read interest out of its loop's epoll
 // set (setReading), which is the loop's own poller, reached once per
-// connection through gnet's internals (pinned gnet version; when they do
-// not match, pausing is off and only the close limits remain, with a
-// warning at start).
+// connection through gnet's internals (flow_linux.go, for the pinned gnet
+// version; when they do not match, pausing is off, with one warning in the
+// log, and the output stop, the refusal of large values at their header and
+// the close limits remain).
 //
 // The housekeeping goroutine (flowTick) wakes paused connections so that
 // they look at their output again (gnet tells nobody when its outbound
@@ -203,55 +202,9 @@ func (c *conn) setReading(on, writing, hangup bool) {
 		_ = rs.setReading(on, writing, hangup)
 		return
 	}
-	gc, ok := c.gc.(gnet.Conn)
-	if !ok {
-		return
+	if gc, ok := c.gc.(gnet.Conn); ok {
+		c.epollReading(gc, on, writing, hangup)
 	}
-	if c.epfd == 0 {
-		c.epfd = pollerOf(gc)
-	}
-	if c.epfd < 0 {
-		return
-	}
-	var ev uint32
-	if on {
-		ev = unix.EPOLLIN | unix.EPOLLPRI
-	}
-	if writing {
-		ev |= unix.EPOLLOUT
-	}
-	if hangup && !on {
-		ev |= unix.EPOLLRDHUP
-	}
-	fd := gc.Fd()
-	_ = unix.EpollCtl(c.epfd, unix.EPOLL_CTL_MOD, fd, &unix.EpollEvent{Fd: int32(fd), Events: ev})
-}
-
-// pollerOf returns the epoll descriptor of gc's event loop (gnet v2.10's
-// conn.loop.poller.fd), or -1 when gnet's layout is not the one known.
-func pollerOf(gc gnet.Conn) (fd int) {
-	defer func() {
-		if recover() != nil {
-			fd = -1
-		}
-	}()
-	v := reflect.ValueOf(gc)
-	for _, name := range []string{"loop", "poller", "fd"} {
-		if v.Kind() == reflect.Pointer {
-			v = v.Elem()
-		}
-		if v.Kind() != reflect.Struct {
-			return -1
-		}
-		v = v.FieldByName(name)
-		if !v.IsValid() {
-			return -1
-		}
-	}
-	if v.Kind() != reflect.Int || v.Int() <= 0 {
-		return -1
-	}
-	return int(v.Int())
 }
 
 // flowTick is housekeeping's part: wake paused connections to look at
