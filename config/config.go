@@ -118,6 +118,7 @@ type File struct {
 	MaxFrameSize                 *int   `json:"max_frame_size,omitempty"`             // nil: server.DefaultMaxFrameSize
 	IdleTimeoutMS                *int   `json:"idle_timeout_ms,omitempty"`            // nil: server.DefaultIdleTimeout
 	MaxInflightBytes             *int64 `json:"max_inflight_bytes,omitempty"`         // nil: a quarter of physical memory (the daemon reads it); 0 = no limit
+	MaxBufferBytes               *int64 `json:"max_buffer_bytes,omitempty"`           // nil: server.DefaultMaxBufferBytes() (an eighth of memory)
 	WALSync                      *bool  `json:"wal_sync,omitempty"`                   // nil: server.DefaultWALSync
 	TextProtocol                 *bool  `json:"text_protocol,omitempty"`              // nil: server.DefaultTextProtocol
 	MetricsBucketLimit           *int   `json:"metrics_bucket_limit,omitempty"`       // nil: server.DefaultMetricsBucketLimit

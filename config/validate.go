@@ -104,6 +104,9 @@ func (f *File) validateNode(p *problems) {
 	p.positiveIfSet("max_frame_size", f.MaxFrameSize)
 	p.positiveIfSet("idle_timeout_ms", f.IdleTimeoutMS)
 	p.positiveIfSet("metrics_bucket_limit", f.MetricsBucketLimit)
+	if f.MaxBufferBytes != nil {
+		p.positive("max_buffer_bytes", *f.MaxBufferBytes)
+	}
 	if f.MaxInflightBytes != nil {
 		p.nonNegative("max_inflight_bytes", *f.MaxInflightBytes)
 	}

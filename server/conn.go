@@ -1,6 +1,7 @@
 package server
 
 import (
+	ebin "encoding/binary"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,18 @@ type conn struct {
 	txt      *textConn // text/meta protocol state, nil for binary
 	usersGen uint64    // the users generation this connection last checked (reload.go: revoke)
 
+	// Network memory (flow.go): what the connection held at the end of its
+	// last pass (heldPub is the copy housekeeping reads), why it is paused,
+	// whether decoding stopped this pass, and its loop's epoll descriptor
+	// (0 unknown yet, -1 unavailable).
+	held      int64
+	paused    uint8
+	stopped   bool
+	swallow   int // bytes of a refused frame still to discard (refuseLarge)
+	epfd      int
+	heldPub   atomic.Int64
+	memResume atomic.Bool // housekeeping lets a memory-paused connection go on
+
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set (see park)
 	finSent      atomic.Bool  // shutting down: the last reply went, followed by FIN
@@ -92,12 +105,17 @@ func newConn(s *Server, gc netConn, remote string) *conn {
 }
 
 // onTraffic collects a finished batch, serves as much input as it can, and
-// flushes the replies with one write.
+// flushes the replies with one write. A paused connection (flow.go) looks
+// at its figures first: it may go on.
 func (c *conn) onTraffic() gnet.Action {
 	if c.srv.stopping.Load() {
 		return c.onShutdown()
 	}
 	c.collectDone()
+	if c.paused != 0 && c.account() == gnet.Close {
+		return gnet.Close
+	}
+	c.stopped = false
 	action := c.serve()
 	if len(c.out) > 0 {
 		_, _ = c.gc.Write(c.out)
@@ -113,10 +131,11 @@ func (c *conn) onTraffic() gnet.Action {
 	if c.quitting && c.inflight == nil {
 		return gnet.Close
 	}
-	limit := c.srv.opts.MaxConnBuffer
-	if c.gc.InboundBuffered() > limit || c.gc.OutboundBuffered() > limit {
-		c.srv.log.Warn("closing connection", "remote", c.remote, "reason", "buffer over limit", "limit", limit)
+	if c.account() == gnet.Close {
 		return gnet.Close
+	}
+	if c.stopped && c.paused == 0 && c.inflight == nil {
+		_ = c.gc.Wake(nil) // decoding stopped for output that the write took: go on
 	}
 	return action
 }
@@ -137,6 +156,9 @@ func (c *conn) serve() gnet.Action {
 		if !c.mayDecode() {
 			return gnet.None
 		}
+		if c.swallow > 0 && !c.swallowBody() {
+			return gnet.None
+		}
 		buf := c.peekFrame()
 		if len(buf) == 0 {
 			c.partialSince.Store(0)
@@ -151,6 +173,9 @@ func (c *conn) serve() gnet.Action {
 			return c.protocolError(&req, len(buf), err)
 		}
 		if n == 0 {
+			if c.collect == nil && c.refuseLarge(buf) {
+				continue
+			}
 			if c.collect == nil && c.partialSince.Load() == 0 {
 				c.partialSince.Store(c.srv.opts.Now().UnixNano())
 			}
@@ -167,17 +192,15 @@ func (c *conn) serve() gnet.Action {
 
 // mayDecode is checked before each command of either protocol: a reload
 // that revoked the user's access applies before the next command
-// (checkUsers), and replies answered on the loop (resident GETs) that pass
-// the connection's buffer limit within one pass stop it, as onTraffic would
-// after the write.
+// (checkUsers); a paused connection, or one whose unsent replies reach
+// max_conn_output (resident GETs answered on the loop fill them within one
+// pass), decodes nothing more until they drain (flow.go).
 func (c *conn) mayDecode() bool {
 	if c.checkUsers(); c.quitting {
 		return false
 	}
-	if len(c.out) > c.srv.opts.MaxConnBuffer {
-		c.srv.log.Warn("closing connection", "remote", c.remote, "reason", "buffer over limit",
-			"limit", c.srv.opts.MaxConnBuffer)
-		c.quitting = true
+	if c.paused != 0 || c.outputFull() {
+		c.stopped = true
 		return false
 	}
 	return true
@@ -200,6 +223,50 @@ func (c *conn) peekFrame() []byte {
 	}
 	buf, _ := c.gc.Peek(need)
 	return buf
+}
+
+// refuseLarge answers a storage command whose value cannot fit
+// max_item_size as soon as its header is in (0x03 "value too large", as
+// precheck would once it all arrived), and swallows its body as it comes,
+// the way memcached does: a client that announces a large value and stalls
+// costs a header, and one that sends it costs no buffer.
+func (c *conn) refuseLarge(hdr []byte) bool {
+	if len(hdr) < binary.HeaderLen {
+		return false
+	}
+	op := binary.Opcode(hdr[1])
+	switch op.NonQuiet() {
+	case binary.OpSet, binary.OpAdd, binary.OpReplace, binary.OpAppend, binary.OpPrepend:
+	default:
+		return false
+	}
+	req := binary.Request{Magic: hdr[0], Opcode: op, Opaque: ebin.BigEndian.Uint32(hdr[12:16])}
+	framing, key := 0, int(ebin.BigEndian.Uint16(hdr[2:4]))
+	if req.Alt() {
+		framing, key = int(hdr[2]), int(hdr[3])
+	}
+	if binary.BodyLen(hdr)-framing-int(hdr[4])-key <= c.srv.opts.MaxItemSize {
+		return false
+	}
+	c.replyError(&req, binary.StatusTooBig, "value too large")
+	c.swallow = binary.FrameLen(hdr)
+	c.swallowBody()
+	return true
+}
+
+// swallowBody discards what is left of a refused frame; it reports whether
+// all of it is gone.
+func (c *conn) swallowBody() bool {
+	n := min(c.swallow, c.gc.InboundBuffered())
+	_, _ = c.gc.Discard(n)
+	if c.swallow -= n; c.swallow > 0 {
+		if c.partialSince.Load() == 0 {
+			c.partialSince.Store(c.srv.opts.Now().UnixNano())
+		}
+		return false
+	}
+	c.partialSince.Store(0)
+	return true
 }
 
 // handle takes one decoded frame. It returns false when the frame must wait
@@ -256,13 +323,26 @@ func (c *conn) precheck(req *binary.Request) (binary.Status, string) {
 
 // batchData passes a data command through admission, which adds it to the
 // batch being collected (or queues it, or answers it). It returns false
-// when the command stays in the input for later.
+// when the command stays in the input for later: the batch is full, or the
+// connection's unsent replies reach max_conn_output. A batch holds at most
+// max_conn_output / max_item_size reads (at least one), so that its replies,
+// whose sizes are unknown until it runs, stay within about that cap too.
 func (c *conn) batchData(req *binary.Request) bool {
+	if c.outputFull() {
+		c.stopped = true
+		return false
+	}
 	b := c.collect
-	if b != nil && (len(b.reqs) >= maxBatchCommands || b.bytes+len(req.Value) > maxBatchBytes) {
+	if b != nil && (len(b.reqs) >= maxBatchCommands || b.bytes+len(req.Value) > maxBatchBytes ||
+		(estimated(req.Opcode) && b.reads >= c.srv.maxBatchReads())) {
 		return false
 	}
 	return c.srv.admit(c, req) != admitWait
+}
+
+// maxBatchReads is how many reads one batch may carry (see batchData).
+func (s *Server) maxBatchReads() int {
+	return max(1, s.opts.MaxConnOutput/s.opts.MaxItemSize)
 }
 
 // dispatch sends the collected batch to a worker.
@@ -322,6 +402,7 @@ func (c *conn) collectDone() {
 
 // close runs on the loop from OnClose.
 func (c *conn) close() {
+	c.forget()
 	if b := c.inflight; b != nil {
 		c.srv.abandon(b, c.srv.opts.Now())
 	}

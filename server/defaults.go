@@ -35,6 +35,9 @@ const (
 	// DefaultMaxConnBuffer closes a connection whose unread input or unsent
 	// output passes it (64 MiB).
 	DefaultMaxConnBuffer = 64 << 20
+	// DefaultMaxConnOutput stops executing a connection's commands while
+	// its unsent replies pass it (4 MiB).
+	DefaultMaxConnOutput = 4 << 20
 	// DefaultMaxThrottleWait is the longest a throttled command stays
 	// parked before it is answered 0x86.
 	DefaultMaxThrottleWait = 30 * time.Second
@@ -68,6 +71,23 @@ func DefaultItemCacheSize() int64 {
 	mem := memoryLimit()
 	return max(mem/itemCacheShare, engine.DefaultItemCacheSize)
 }
+
+// DefaultMaxBufferBytes is the network memory budget's default: an eighth
+// of the memory kvd may use (see DefaultItemCacheSize), within
+// [MinDefaultBufferBytes, MaxDefaultBufferBytes]. The item cache takes a
+// quarter and Pebble's caches their own; an eighth leaves room for both on
+// a small machine and is more than any well-behaved load holds on a large
+// one (the upper clamp), while a node without the figures gets the lower.
+func DefaultMaxBufferBytes() int64 {
+	return min(max(memoryLimit()/bufferShare, MinDefaultBufferBytes), MaxDefaultBufferBytes)
+}
+
+// The default network budget's share of the memory and its clamps.
+const (
+	bufferShare           = 8
+	MinDefaultBufferBytes = 64 << 20
+	MaxDefaultBufferBytes = 4 << 30
+)
 
 // itemCacheShare: the item cache takes 1/itemCacheShare of the memory.
 const itemCacheShare = 4

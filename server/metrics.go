@@ -85,6 +85,10 @@ var (
 	descItemBytes = desc("kvd_item_cache_bytes", "Resident item cache: bytes charged by resident items (resident) and the budget, item_cache_bytes (capacity).", "state")
 	descItemItems = desc("kvd_item_cache_items", "Items resident in the item cache.")
 	descItemLook  = desc("kvd_item_cache_lookups_total", "Item cache look-ups (GETs on the loop and on workers) by result (hit, miss).", "result")
+	descBufBytes  = desc("kvd_buffer_bytes", "Network memory: bytes held in connections' unread input and unsent replies (held) and the max_buffer_bytes budget (limit).", "state")
+	descPaused    = desc("kvd_connections_paused", "Connections paused now: not read or served because of max_buffer_bytes or max_conn_output.")
+	descPauses    = desc("kvd_connection_pauses_total", "Times connections were paused, by reason (memory: the node over max_buffer_bytes; output: unsent replies over the per-connection cap).", "reason")
+	descMemClosed = desc("kvd_connections_closed_memory_total", "Connections closed for memory: the last resort over max_buffer_bytes, or one connection past its hard buffer limit.")
 	descItemEvict = desc("kvd_item_cache_evictions_total", "Items evicted from the item cache to stay within its budget.")
 )
 
@@ -94,7 +98,8 @@ type collector struct{ s *Server }
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRU, descWU, descCommands, descTextCmds, descThrottled, descWait, descRejected,
 		descClients, descItems, descReserved, descCapacity, descFreePool, descNodeLast, descConns, descConnsTot,
-		descL0, descDebt, descFsync, descCacheHit, descCacheMiss, descItemBytes, descItemItems, descItemLook, descItemEvict} {
+		descL0, descDebt, descFsync, descCacheHit, descCacheMiss, descItemBytes, descItemItems, descItemLook, descItemEvict,
+		descBufBytes, descPaused, descPauses, descMemClosed} {
 		ch <- d
 	}
 	describeIngress(ch)
@@ -133,6 +138,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descConns, float64(s.currConns.Load()))
 	counter(descConnsTot, float64(s.totalConns.Load()))
 	s.collectTotals(ch, all, len(shown))
+	f := &s.flow
+	gauge(descBufBytes, float64(f.held.Load()), "held")
+	gauge(descBufBytes, float64(s.limits().MaxBufferBytes), "limit")
+	gauge(descPaused, float64(len(f.snapshot())))
+	counter(descPauses, float64(f.memPauses.Load()), "memory")
+	counter(descPauses, float64(f.outPauses.Load()), "output")
+	counter(descMemClosed, float64(f.closed.Load()))
 	c.collectPebble(ch)
 	s.collectIngress(ch, shown)
 	s.collectDeadline(ch, shown)

@@ -90,6 +90,15 @@ type Options struct {
 	// MaxConnBuffer closes a connection whose unread input or unsent output
 	// passes it. Default DefaultMaxConnBuffer.
 	MaxConnBuffer int
+	// MaxConnOutput stops executing a connection's commands while its
+	// unsent replies pass it; they go on once half of it has drained.
+	// Default DefaultMaxConnOutput.
+	MaxConnOutput int
+	// MaxBufferBytes is the node's network memory budget: bytes held in
+	// unfinished or unread input and unsent replies across all connections.
+	// Past it the connections holding the most stop being read (flow.go).
+	// Default DefaultMaxBufferBytes(). Reloadable.
+	MaxBufferBytes int64
 	// NodeCapacity is the node's units per second. Default DefaultNodeCapacity.
 	NodeCapacity int64
 	// ReadUnitSize and WriteUnitSize are the bytes per read and write unit.
@@ -129,6 +138,10 @@ func (o *Options) EnsureDefaults() {
 	orDefault(&o.MaxFrameSize, DefaultMaxFrameSize)
 	orDefault(&o.MaxItemSize, DefaultMaxItemSize)
 	orDefault(&o.MaxConnBuffer, DefaultMaxConnBuffer)
+	orDefault(&o.MaxConnOutput, DefaultMaxConnOutput)
+	if o.MaxBufferBytes <= 0 {
+		o.MaxBufferBytes = DefaultMaxBufferBytes()
+	}
 	orDefault(&o.NodeCapacity, DefaultNodeCapacity)
 	orDefault(&o.ReadUnitSize, DefaultReadUnitSize)
 	orDefault(&o.WriteUnitSize, DefaultWriteUnitSize)
@@ -176,6 +189,7 @@ type Limits struct {
 	MaxThrottleWait         time.Duration
 	AnonymousBucket         string
 	MetricsBucketLimit      int
+	MaxBufferBytes          int64
 }
 
 func limitsOf(o *Options) *Limits {
@@ -184,6 +198,7 @@ func limitsOf(o *Options) *Limits {
 		IdleTimeout: o.IdleTimeout, ReadUnitSize: o.ReadUnitSize, WriteUnitSize: o.WriteUnitSize,
 		MaxThrottleWait: o.MaxThrottleWait, AnonymousBucket: o.AnonymousBucket,
 		MetricsBucketLimit: o.MetricsBucketLimit,
+		MaxBufferBytes:     o.MaxBufferBytes,
 	}
 }
 

@@ -26,6 +26,7 @@ type Server struct {
 	db       *engine.DB
 	users    *tenant.Users
 	cat      *catalog.Catalog // the buckets and the node's durable settings
+	flow     flow             // network memory: bytes held, pauses (flow.go)
 	throttle *tenant.Throttle
 	lim      atomic.Pointer[Limits] // reloadable limits
 	reloadMu sync.Mutex             // serializes Reconfigure
@@ -237,8 +238,9 @@ const housekeepingPeriod = 10 * time.Millisecond
 // housekeeping is the server's one background goroutine: it ends throttle
 // seconds (and wakes the parked connections), in a cluster publishes the
 // node's demand and applies its shares (catalog.TickCluster, which never
-// waits for etcd) after each second, and closes connections that
-// have held an unfinished frame longer than the idle timeout. It only
+// waits for etcd) after each second, closes connections that
+// have held an unfinished frame longer than the idle timeout, and keeps the
+// connections' network memory within its budget (flowTick). It only
 // touches atomics, short locks and concurrency-safe gnet calls; connection
 // state stays with the loops.
 func (s *Server) housekeeping() {
@@ -256,6 +258,7 @@ func (s *Server) housekeeping() {
 		}
 		now := s.opts.Now()
 		s.tick(now)
+		s.flowTick(now)
 		if ticks := s.throttle.Stats().Ticks; ticks != lastTicks {
 			lastTicks = ticks // a second ended (here or on a loop): the cluster's share
 			s.cat.TickCluster(now)

@@ -33,6 +33,7 @@ func (s *Server) generalStats(b *catalog.Bucket, emit emitFunc) {
 	emitInt(emit, "curr_connections", s.currConns.Load())
 	emitInt(emit, "total_connections", s.totalConns.Load())
 	emitInt(emit, "max_connections", int64(s.limits().MaxConnections))
+	s.bufferStats(emit)
 	if b == nil || b.Deleted() {
 		return
 	}
@@ -174,4 +175,17 @@ func (s *Server) throttleStats(emit emitFunc) {
 // and probe_<figure> as SPEC section 6 lists them.
 func (s *Server) ingressStats(emit emitFunc) {
 	s.ingress.Stats().Figures(func(name string, v int64) { emitInt(emit, name, v) })
+}
+
+// bufferStats are the network memory figures (flow.go): bytes held in the
+// connections' buffers and the budget, connections paused now, pauses by
+// reason since start, and connections closed for memory.
+func (s *Server) bufferStats(emit emitFunc) {
+	f := &s.flow
+	emitInt(emit, "buffer_bytes", f.held.Load())
+	emitInt(emit, "max_buffer_bytes", s.limits().MaxBufferBytes)
+	emitInt(emit, "conns_paused", int64(len(f.snapshot())))
+	emitInt(emit, "conn_pauses_memory", f.memPauses.Load())
+	emitInt(emit, "conn_pauses_output", f.outPauses.Load())
+	emitInt(emit, "conns_closed_memory", f.closed.Load())
 }

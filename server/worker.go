@@ -83,7 +83,7 @@ func (b *batch) release() {
 		b.reqs[i] = nil
 	}
 	b.reqs = b.reqs[:0]
-	b.c, b.bucket, b.job, b.after, b.bytes = nil, nil, nil, nil, 0
+	b.c, b.bucket, b.job, b.after, b.bytes, b.reads = nil, nil, nil, nil, 0, 0
 	if cap(b.out) > 1<<20 {
 		b.out = nil
 	}
@@ -97,7 +97,8 @@ type batch struct {
 	c      *conn
 	bucket *catalog.Bucket
 	reqs   []*request
-	bytes  int
+	bytes  int    // value bytes of reqs
+	reads  int    // reads among reqs, whose replies carry values
 	out    []byte // encoded replies, in request order
 
 	// job, when set, runs instead of the data commands (control commands
@@ -137,6 +138,9 @@ func (b *batch) add(req *binary.Request) *request {
 	r := newRequest(req)
 	b.reqs = append(b.reqs, r)
 	b.bytes += len(req.Value)
+	if estimated(req.Opcode) {
+		b.reads++
+	}
 	return r
 }
 

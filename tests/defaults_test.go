@@ -96,10 +96,11 @@ var serverOwned = map[string]bool{
 }
 
 // computedAtStart are the fields whose default the daemon computes when it
-// starts (max_inflight_bytes: a quarter of physical memory): there is no
+// starts (max_inflight_bytes: a quarter of physical memory; max_buffer_bytes:
+// an eighth, server.DefaultMaxBufferBytes): there is no
 // constant to compare, and the shipped file and config.Default leave them
 // out (an explicit value, 0 included, overrides the computed one).
-var computedAtStart = map[string]bool{"max_inflight_bytes": true}
+var computedAtStart = map[string]bool{"max_inflight_bytes": true, "max_buffer_bytes": true}
 
 func checkDefaults(t *testing.T, what string, leaves map[string]string, all bool) {
 	t.Helper()

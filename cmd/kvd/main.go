@@ -170,6 +170,7 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 		IdleTimeout:             millis(cfg.IdleTimeoutMS),
 		MaxFrameSize:            orZero(cfg.MaxFrameSize),
 		MaxItemSize:             orZero(cfg.MaxItemSize),
+		MaxBufferBytes:          orZero(cfg.MaxBufferBytes),
 		ItemCacheSize:           cfg.ItemCacheBytes,
 		NodeCapacity:            cfg.NodeCapacity,
 		ReadUnitSize:            cfg.ReadUnitSize,

@@ -1,0 +1,222 @@
+package tests
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mc "kvd/protocol/binary"
+)
+
+// memLoad is the hostile load of TestNetworkMemoryBudget: stallers each
+// send the header of a SET of frameBody bytes and as much of its body as
+// the server takes within a few seconds, then stall; readers store a 1 MiB
+// value and pipeline GETs of it without ever reading.
+type memLoad struct {
+	stallers, readers int
+	frameBody         int
+	hold              time.Duration // how long the load stays on
+	after             time.Duration // the longest wait for RSS to come back
+}
+
+// memFigures is what one server showed under memLoad.
+type memFigures struct {
+	baseKB, peakKB, afterKB int
+	afterWait               time.Duration
+	p99                     time.Duration
+	ops                     int
+}
+
+func (f memFigures) String() string {
+	return fmt.Sprintf("RSS baseline %d MiB, peak %d MiB, %d MiB after %v; normal client %d ops, p99 %v",
+		f.baseKB>>10, f.peakKB>>10, f.afterKB>>10, f.afterWait.Round(100*time.Millisecond), f.ops, f.p99)
+}
+
+// TestNetworkMemoryBudget: with a small max_buffer_bytes, connections that
+// hold stalled large frames and connections that pipeline GETs of 1 MiB
+// values without reading keep kvd's RSS under the budget + 256 MiB; a
+// normal client keeps getting correct replies (its p99 is logged, not
+// asserted); after they leave RSS comes back within 2× the baseline. The
+// same load against Debian memcached prints its figures beside kvd's.
+//
+// CI size: 100 stallers + 20 readers. KVD_MEMBUDGET_FULL=1 runs the size of
+// issue 12: 500 stallers of 20 MiB frames + 50 readers, RSS read 60 s after.
+func TestNetworkMemoryBudget(t *testing.T) {
+	load := memLoad{stallers: 100, readers: 20, frameBody: 20 << 20, hold: 4 * time.Second, after: 30 * time.Second}
+	if os.Getenv("KVD_MEMBUDGET_FULL") != "" {
+		load = memLoad{stallers: 500, readers: 50, frameBody: 20 << 20, hold: 10 * time.Second, after: 60 * time.Second}
+	}
+	const budget = 64 << 20
+	k := startKVD(t, configWith(t, `{"anonymous_bucket": "default", "buckets": [{"name": "default"}]}`,
+		map[string]any{"max_buffer_bytes": budget, "idle_timeout_ms": 120000}))
+	got := runMemLoad(t, k.Addr, k.cmd.Process.Pid, load, func() bool { return k.Alive() })
+	t.Logf("kvd (max_buffer_bytes %d MiB): %v", budget>>20, got)
+	t.Logf("kvd STAT: buffer_bytes %d, conn_pauses_memory %d, conn_pauses_output %d, conns_closed_memory %d",
+		generalStat(t, k.Addr, "buffer_bytes"), generalStat(t, k.Addr, "conn_pauses_memory"),
+		generalStat(t, k.Addr, "conn_pauses_output"), generalStat(t, k.Addr, "conns_closed_memory"))
+	if limitKB := (budget + 256<<20) >> 10; got.peakKB > limitKB {
+		t.Errorf("kvd RSS peaked at %d MiB, over the budget + 256 MiB (%d MiB)", got.peakKB>>10, limitKB>>10)
+	}
+	if got.afterKB > 2*got.baseKB {
+		t.Errorf("kvd RSS %d MiB %v after the load left, over twice the baseline %d MiB",
+			got.afterKB>>10, got.afterWait, got.baseKB>>10)
+	}
+	t.Run("memcached", func(t *testing.T) {
+		addr := startMemcached(t) // skips loudly without it
+		got := runMemLoad(t, addr, memcachedPid(t, addr), load, func() bool { return true })
+		t.Logf("memcached (-m 256 -I 2m): %v", got)
+	})
+}
+
+// memcachedPid finds the memcached process listening on addr's port.
+func memcachedPid(t *testing.T, addr string) int {
+	t.Helper()
+	_, port := hostPort(t, addr)
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		args := strings.Split(string(cmd), "\x00")
+		if strings.HasSuffix(args[0], "memcached") && slices.Contains(args, port) {
+			return pid
+		}
+	}
+	t.Fatalf("no memcached process on port %s", port)
+	return 0
+}
+
+// runMemLoad runs load against addr (the server's pid for RSS) and returns
+// its figures. alive reports whether the server still runs.
+func runMemLoad(t *testing.T, addr string, pid int, load memLoad, alive func() bool) memFigures {
+	t.Helper()
+	var f memFigures
+	setup := dialRaw(t, addr)
+	value := strings.Repeat("V", 1<<20)
+	setup.expectStatus("SET big", reqWith(mc.OpSet, 1, mc.AppendSetExtras(nil, 0, 0), "big", value), mc.StatusOK)
+	setup.expectStatus("SET small", reqWith(mc.OpSet, 2, mc.AppendSetExtras(nil, 0, 0), "small", "small-value"), mc.StatusOK)
+	f.baseKB = rssKB(t, pid)
+
+	var peak atomic.Int64
+	stopSample := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if kb := int64(rssKB(t, pid)); kb > peak.Load() {
+				peak.Store(kb)
+			}
+			select {
+			case <-stopSample:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+
+	conns := openHostile(t, addr, load)
+	normal := dialRaw(t, addr)
+	f.p99, f.ops = normalClient(t, normal, load.hold)
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	close(stopSample)
+	<-sampled
+	f.peakKB = int(peak.Load())
+	if !alive() {
+		t.Fatal("the server died under the load")
+	}
+	// RSS after: poll until within 2× the baseline or load.after passes.
+	start := time.Now()
+	for {
+		f.afterKB, f.afterWait = rssKB(t, pid), time.Since(start)
+		if f.afterKB <= 2*f.baseKB && os.Getenv("KVD_MEMBUDGET_FULL") == "" || f.afterWait >= load.after {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	normal.expectStatus("GET small after", reqWith(mc.OpGet, 3, nil, "small", ""), mc.StatusOK)
+	return f
+}
+
+// openHostile opens the stallers and the readers and lets them push until
+// the server stops taking their bytes.
+func openHostile(t *testing.T, addr string, load memLoad) []net.Conn {
+	t.Helper()
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	body := bytes.Repeat([]byte{'S'}, 4<<20) // at most this much of each frame's body
+	gets := make([]byte, 0, 1000*27)
+	for i := range 1000 {
+		gets = mc.AppendRequest(gets, reqWith(mc.OpGet, uint32(i), nil, "big", ""))
+	}
+	open := func(i int, data ...[]byte) {
+		defer wg.Done()
+		nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Errorf("connection %d: %v", i, err)
+			return
+		}
+		mu.Lock()
+		conns = append(conns, nc)
+		mu.Unlock()
+		for _, d := range data {
+			_ = nc.SetWriteDeadline(time.Now().Add(3 * time.Second))
+			if _, err := nc.Write(d); err != nil {
+				if !errors.Is(err, os.ErrDeadlineExceeded) && !isConnGone(err) {
+					t.Errorf("connection %d: %v", i, err)
+				}
+				return // pushed back (or closed: the last resort)
+			}
+		}
+	}
+	hdr := rawHeader(mc.MagicRequest, mc.OpSet, 3, 8, uint32(load.frameBody), 9)
+	head := append(append(append([]byte{}, hdr...), make([]byte, 8)...), "big"...)
+	for i := range load.stallers {
+		wg.Add(1)
+		go open(i, head, body)
+	}
+	for i := range load.readers {
+		wg.Add(1)
+		go open(load.stallers+i, gets, gets, gets, gets, gets, gets, gets, gets)
+	}
+	wg.Wait()
+	return conns
+}
+
+// normalClient runs GETs and SETs of small values on c for d, checking
+// every reply, and returns the p99 of their round trips.
+func normalClient(t *testing.T, c *rawConn, d time.Duration) (time.Duration, int) {
+	t.Helper()
+	var lat []time.Duration
+	end := time.Now().Add(d)
+	for i := 0; time.Now().Before(end); i++ {
+		key, val := "n"+strconv.Itoa(i%100), "v"+strconv.Itoa(i)
+		start := time.Now()
+		c.send(reqWith(mc.OpSet, uint32(2*i), mc.AppendSetExtras(nil, 0, 0), key, val))
+		res, err := c.tryRecv(10 * time.Second)
+		if err != nil || res.Status != mc.StatusOK {
+			t.Fatalf("normal client SET %d: %v %v", i, err, res)
+		}
+		c.send(reqWith(mc.OpGet, uint32(2*i+1), nil, key, ""))
+		res, err = c.tryRecv(10 * time.Second)
+		if err != nil || res.Status != mc.StatusOK || string(res.Value) != val {
+			t.Fatalf("normal client GET %d: %v %v", i, err, res)
+		}
+		lat = append(lat, time.Since(start)/2)
+	}
+	slices.Sort(lat)
+	return lat[len(lat)*99/100], len(lat)
+}
