@@ -223,6 +223,19 @@ type Waiter interface {
 	Expired(reason string)
 }
 
+// A DeadlineWaiter is a Waiter whose command must complete by Due (a bucket with
+// deadline_ms). While it is queued, Tick and Expire answer it with
+// Expired(DeadlinePassed) once Due has passed, instead of leaving it to be granted a
+// ticket it can no longer use. Due is read once, when the waiter is queued.
+type DeadlineWaiter interface {
+	Waiter
+	Due() time.Time
+}
+
+// DeadlinePassed is the reason Expired is given for a DeadlineWaiter whose Due passed
+// while it was queued; the server words the reply itself.
+const DeadlinePassed = "deadline passed in the queue"
+
 // ticketKind says how a ticket was obtained.
 type ticketKind uint8
 
