@@ -1,7 +1,6 @@
 package ingress
 
 import (
-	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -11,30 +10,28 @@ import (
 
 // Deadline admission (SPEC section 7, seed 004 "Admissions Control", after SLEdge).
 //
-// A command of a bucket with a deadline needs pXX ÷ deadline of a ticket (the seed's
-// demand), where pXX is the deadline_percentile of the bucket's recent execution
-// times for the command's class (or expected_execution_us until there is a sample).
-// The demand a pool has accepted and not yet released, A, is work in flight: A ×
-// deadline ticket-seconds, which a pool of C tickets drains in A × deadline ÷ C. So a
-// command that has already waited w since it arrived, and would find A ahead of it,
-// is predicted to complete after w + A × deadline ÷ C + pXX; it is admitted only while
-// that is at most its deadline, and gives its demand back when it completes. (The
-// seed's own check, A + own ≤ C, follows from this one whenever C ≥ 1.) All figures
-// are integers in millionths of a ticket (Micro), so that releasing exactly what was
-// taken brings the ledger back to exactly zero.
+// A command of a bucket with a deadline needs mean ÷ deadline of a ticket, where mean
+// is the mean of the bucket's recent execution times for the command's class (or
+// expected_execution_us until there is a sample). The demand a pool has accepted and
+// not yet released, A, is work in flight: A × deadline ticket-seconds, which a pool
+// of C tickets works off in A × deadline ÷ C. So a command that has already waited w
+// since it arrived, and would find A ahead of it, is predicted to complete after
+// w + A × deadline ÷ C + pXX, pXX being the deadline_percentile of the same execution
+// times; it is admitted only while that is at most its deadline, and gives its demand
+// back when it completes. All figures are integers in millionths of a ticket
+// (Micro), so that releasing exactly what was taken brings the ledger back to exactly
+// zero.
+//
+// The seed charges pXX ÷ deadline and admits while A + own ≤ C. kvd keeps its ledger
+// but charges the mean, and puts the percentile where the tail belongs, on the
+// command's own execution: the commands ahead of it are many, and their sum is near
+// their mean; its own execution is one draw, which the percentile bounds. Charging
+// the percentile overstates the queue by pXX ÷ mean, which for synced writes under
+// group commit was about 8 at p90 (docs/deadline-admission.md) and refused a large
+// share of the commands at half the capacity.
 
 // Micro is the unit of demand: one millionth of a ticket.
 const Micro = 1_000_000
-
-// Limits of DeadlineSettings.
-const (
-	MinDeadlinePercentile     = 50
-	MaxDeadlinePercentile     = 99
-	DefaultDeadlinePercentile = 99
-	// DefaultExpectedExecution is used when a bucket sets a deadline but no
-	// expected_execution_us, until its window has a sample.
-	DefaultExpectedExecution = time.Millisecond
-)
 
 // A DeadlineGate is the node-wide ledger of accepted demand, one figure per pool.
 //
@@ -55,10 +52,10 @@ type DeadlineGate struct {
 	stale    atomic.Int64           // releases that would have taken a ledger below zero
 }
 
-// demandOf is the demand in Micro, at least 1, of a command whose class has pxx
-// under deadline d (> 0): the seed's pXX ÷ D.
-func demandOf(pxx time.Duration, d int64) int64 {
-	return max((int64(pxx)*Micro+d-1)/d, 1)
+// demandOf is the demand in Micro, at least 1, of a command whose class executes in
+// mean on average under deadline d (> 0): mean ÷ D.
+func demandOf(mean time.Duration, d int64) int64 {
+	return max((int64(mean)*Micro+d-1)/d, 1)
 }
 
 // limitAhead is the largest demand a pool of capacity tickets may have accepted
@@ -122,54 +119,14 @@ func (g *DeadlineGate) release(p Pool, d int64) {
 	}
 }
 
-// DeadlineSettings are a bucket's deadline_ms, deadline_percentile and
-// expected_execution_us. A zero Deadline turns the gate off for the bucket.
-type DeadlineSettings struct {
-	Deadline          time.Duration // relative deadline; 0 = none
-	Percentile        int           // 50–99 (default 99)
-	ExpectedExecution time.Duration // pXX before the window has a sample (default 1 ms)
-}
-
-// EnsureDefaults fills the zero Percentile and ExpectedExecution of a bucket that has
-// a deadline.
-func (s *DeadlineSettings) EnsureDefaults() {
-	if s.Deadline == 0 {
-		return
-	}
-	if s.Percentile == 0 {
-		s.Percentile = DefaultDeadlinePercentile
-	}
-	if s.ExpectedExecution == 0 {
-		s.ExpectedExecution = DefaultExpectedExecution
-	}
-}
-
-// Validate reports the first invalid field, wrapping ErrInvalidOptions.
-func (s *DeadlineSettings) Validate() error {
-	switch {
-	case s.Deadline < 0:
-		return fmt.Errorf("%w: deadline_ms %v < 0", ErrInvalidOptions, s.Deadline)
-	case s.Deadline == 0:
-		return nil
-	case s.Deadline < time.Microsecond:
-		return fmt.Errorf("%w: deadline_ms %v below 1 µs", ErrInvalidOptions, s.Deadline)
-	case s.Percentile < MinDeadlinePercentile || s.Percentile > MaxDeadlinePercentile:
-		return fmt.Errorf("%w: deadline_percentile %d outside [%d, %d]",
-			ErrInvalidOptions, s.Percentile, MinDeadlinePercentile, MaxDeadlinePercentile)
-	case s.ExpectedExecution < 0:
-		return fmt.Errorf("%w: expected_execution_us %v < 0", ErrInvalidOptions, s.ExpectedExecution)
-	}
-	return nil
-}
-
 // A Grant is one admitted command's share of its pool: give it to Done (or Expire)
 // exactly once (or to Release if it never runs). It is a small value. The zero Grant, and the Grant of a bucket without
 // a deadline, hold no demand; Done still records their execution time.
 type Grant struct {
 	at       time.Time     // the command's arrival: the deadline counts from here
 	deadline time.Duration // the bucket's deadline then; 0 = none
-	demand   int64         // Micro taken from the pool's ledger
-	pxx      time.Duration // the pXX the demand was computed from
+	demand   int64         // Micro taken from the pool's ledger (mean ÷ deadline)
+	pxx      time.Duration // the pXX of the command's own execution in the prediction
 	waited   time.Duration // refused grants: arrival to Admit, for the reason
 	accepted int64         // refused grants: the ledger Admit saw, for the reason
 	pool     Pool
@@ -184,7 +141,8 @@ func (g Grant) Pool() Pool { return g.pool }
 // Demand returns the demand the grant holds, in Micro.
 func (g Grant) Demand() int64 { return g.demand }
 
-// PXX returns the execution-time percentile the demand was computed from.
+// PXX returns the execution-time percentile the prediction used for the command's own
+// execution.
 func (g Grant) PXX() time.Duration { return g.pxx }
 
 // Alone reports whether the grant was made because its bucket had no other command
@@ -269,12 +227,11 @@ func appendMicro(dst []byte, v int64) []byte {
 // now).
 //
 // The demand is thus held from admission to completion, queue wait included, and
-// that is what the prediction rests on: the accepted commands' pXX sum to A ×
-// deadline, which a pool of capacity tickets works off in A × deadline ÷ capacity if
-// each takes its pXX. The margin is pXX ÷ mean: ample for p90 or p99 of a skewed
-// distribution, none for p50 when the mean exceeds the median (the seed's own
-// caveat); and the gate charges nothing for buckets without a deadline sharing the
-// pool. The time a command waited before Admit (in its connection's input, behind the
+// that is what the prediction rests on: the accepted commands' mean execution times
+// sum to A × deadline, which a pool of capacity tickets works off in A × deadline ÷
+// capacity; then the command runs for about its pXX. The margin is pXX ÷ mean on the
+// command's own execution and none on the queue, whose length is a sum; and the gate
+// charges nothing for buckets without a deadline sharing the pool. The time a command waited before Admit (in its connection's input, behind the
 // connection's own commands, or parked by the throttle) counts against its deadline
 // too: without it, a backlog the gate cannot see would grow unchecked.
 //
@@ -301,7 +258,7 @@ type BucketDeadline struct {
 
 // classWindow is the state of one command class of a bucket.
 type classWindow struct {
-	demand   atomic.Int64 // Micro a command needs now: ceil(pxx·Micro/deadline) ≥ 1
+	demand   atomic.Int64 // Micro a command needs now: ceil(mean·Micro/deadline) ≥ 1
 	pxx      atomic.Int64 // ns: the window's pXX, or expected until it has a sample
 	inflight atomic.Int64 // grants holding demand, not yet given back; never negative
 
@@ -351,24 +308,25 @@ func (b *BucketDeadline) Settings() DeadlineSettings {
 	}
 }
 
-// maxPXX caps the percentile used for demand so that pxx·Micro fits an int64.
-const maxPXX = time.Hour
+// maxExec caps the execution times demand and predictions use, so that a time ×
+// Micro fits an int64.
+const maxExec = time.Hour
 
 // refreshLocked recomputes c's pXX and demand from its window (or expected) and the
 // bucket's current deadline and percentile. c.mu must be held.
 func (b *BucketDeadline) refreshLocked(c *classWindow) {
 	pxx, ok := c.win.Percentile(int(b.percentile.Load()))
+	mean, _ := c.win.Mean()
 	if !ok {
-		pxx = c.expected
+		pxx, mean = c.expected, c.expected
 	}
-	pxx = min(pxx, maxPXX)
-	c.pxx.Store(int64(pxx))
+	c.pxx.Store(int64(min(pxx, maxExec)))
 	d := b.deadline.Load()
 	if d <= 0 {
 		c.demand.Store(0)
 		return
 	}
-	c.demand.Store(demandOf(pxx, d))
+	c.demand.Store(demandOf(min(mean, maxExec), d))
 }
 
 // Admit decides whether a command of class (the pool it will take a ticket from) can
@@ -560,7 +518,8 @@ const WindowSize = 256
 // once the window is full: it finds the evicted value and the new one in sorted by
 // binary search and shifts the elements between the two positions by one with a
 // single copy, so an insert costs O(log 256) comparisons plus at most 255 moved
-// values and never allocates. Percentile is O(1).
+// values and never allocates. Percentile is O(1), and so is Mean: the window keeps
+// the sum of its samples.
 //
 // The zero Window is empty and ready to use. A Window is a fixed 4 KiB value: pass
 // pointers. It is not safe for concurrent use; BucketDeadline guards its windows with
@@ -570,15 +529,17 @@ type Window struct {
 	sorted [WindowSize]time.Duration // sorted[:n] ascending
 	n      int                       // samples held, ≤ WindowSize
 	next   int                       // ring index the next sample goes to
+	sum    time.Duration             // of the samples held
 }
 
 // Len returns how many samples the window holds (at most WindowSize).
 func (w *Window) Len() int { return w.n }
 
 // Add records one execution time, evicting the oldest once the window is full.
-// Negative durations count as 0.
+// Negative durations count as 0, and durations over an hour as an hour.
 func (w *Window) Add(d time.Duration) {
-	d = max(d, 0)
+	d = min(max(d, 0), maxExec)
+	w.sum += d
 	if w.n < WindowSize {
 		i, _ := slices.BinarySearch(w.sorted[:w.n], d)
 		copy(w.sorted[i+1:w.n+1], w.sorted[i:w.n])
@@ -589,6 +550,7 @@ func (w *Window) Add(d time.Duration) {
 		return
 	}
 	old := w.ring[w.next]
+	w.sum -= old
 	w.ring[w.next] = d
 	w.next = (w.next + 1) % WindowSize
 	w.replace(old, d)
@@ -630,6 +592,15 @@ func (w *Window) Percentile(p int) (time.Duration, bool) {
 func rank(p, n int) int {
 	p = min(max(p, 1), 100)
 	return (p*n+99)/100 - 1
+}
+
+// Mean returns the mean of the samples (rounded down) and true, or 0 and false while
+// the window is empty.
+func (w *Window) Mean() (time.Duration, bool) {
+	if w.n == 0 {
+		return 0, false
+	}
+	return w.sum / time.Duration(w.n), true
 }
 
 // AppendSorted appends the samples in ascending order to dst.

@@ -26,6 +26,9 @@ func TestWindowEmpty(t *testing.T) {
 	if d, ok := w.Percentile(90); ok || d != 0 {
 		t.Fatalf("empty window: Percentile = %v, %v; want 0, false", d, ok)
 	}
+	if d, ok := w.Mean(); ok || d != 0 {
+		t.Fatalf("empty window: Mean = %v, %v; want 0, false", d, ok)
+	}
 }
 
 func TestWindowPercentiles(t *testing.T) {
@@ -105,6 +108,13 @@ func checkWindow(t *testing.T, w *Window, all []time.Duration) {
 	}
 	if w.Len() != len(want) {
 		t.Fatalf("Len = %d, want %d", w.Len(), len(want))
+	}
+	var sum time.Duration
+	for _, d := range want {
+		sum += d
+	}
+	if m, ok := w.Mean(); !ok || m != sum/time.Duration(len(want)) {
+		t.Fatalf("after %d inserts: Mean = %v, want %v", len(all), m, sum/time.Duration(len(want)))
 	}
 }
 
@@ -239,7 +249,9 @@ func (m *ledgerModel) check() {
 	for _, h := range m.held {
 		p := h.g.Pool()
 		want[p] += h.g.Demand() // every held grant holds its demand
-		inflight[h.bucket][p]++
+		if h.g.Deadline() > 0 { // a grant made without a deadline holds nothing
+			inflight[h.bucket][p]++
+		}
 		alone[p] += 1
 		if h.g.Alone() {
 			alone[p] += h.g.Demand()

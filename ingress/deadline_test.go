@@ -180,6 +180,43 @@ func TestDeadlineAloneIsAdmitted(t *testing.T) {
 	}
 }
 
+// TestDeadlineQueueChargedAtMean: a heavy tail, as group commit gives synced
+// writes (230 executions of 0.5 ms, 26 of 8 ms: p90 8 ms, mean 1.26 ms). With 50
+// commands ahead in a pool of 8 tickets, the queue works off in about 50 × 1.26 ÷ 8
+// = 7.9 ms, and the command then runs for its p90: 16 ms, well within 50 ms, so it is
+// admitted. Charged at p90 (the seed's demand), the same queue would count as
+// 50 × 8 ÷ 8 = 50 ms and the command would be refused at a fraction of the capacity.
+func TestDeadlineQueueChargedAtMean(t *testing.T) {
+	var g DeadlineGate
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 90, ExpectedExecution: time.Millisecond})
+	for i := range WindowSize {
+		gr, _, _ := b.Admit(Write, 8, dt0, dt0)
+		exec := 500 * time.Microsecond
+		if i%10 == 0 { // 26 of 256
+			exec = 8 * time.Millisecond
+		}
+		b.Done(gr, exec, true, dt0)
+	}
+	if st := b.Stats(); st.WritePXX != 8*time.Millisecond {
+		t.Fatalf("p90 %v, want 8ms", st.WritePXX)
+	}
+	var ahead []Grant
+	for range 50 {
+		gr, ok, _ := b.Admit(Write, 8, dt0, dt0)
+		if !ok {
+			t.Fatalf("refused with %d ahead: %s", len(ahead), gr.AppendReason(nil, 8))
+		}
+		ahead = append(ahead, gr)
+	}
+	gr, ok, _ := b.Admit(Write, 8, dt0, dt0)
+	if !ok || gr.Demand() != 25_235 {
+		t.Fatalf("51st: ok=%v demand %d, want admitted with 25235 (mean 1.26 ms / 50 ms)", ok, gr.Demand())
+	}
+	if w := queueWait(g.Accepted(Write), 8, 50*time.Millisecond); w < 7*time.Millisecond || w > 9*time.Millisecond {
+		t.Fatalf("predicted queue %v, want about 7.9 ms", w)
+	}
+}
+
 func TestDeadlineLimitAndRetry(t *testing.T) {
 	const ms = time.Millisecond
 	tests := []struct {
@@ -273,8 +310,8 @@ func TestDeadlineWindowDrivesDemand(t *testing.T) {
 	if st.ReadSamples != 10 || st.ReadPXX != 9*time.Millisecond || st.WritePXX != 50*time.Millisecond {
 		t.Fatalf("after samples: %+v", st)
 	}
-	if gr, _, _ := b.Admit(Read, 10, dt0, dt0); gr.Demand() != 90_000 {
-		t.Fatalf("demand %d, want 90000 (9 ms / 100 ms)", gr.Demand())
+	if gr, _, _ := b.Admit(Read, 10, dt0, dt0); gr.Demand() != 55_000 || gr.PXX() != 9*time.Millisecond {
+		t.Fatalf("demand %d pXX %v, want 55000 (mean 5.5 ms / 100 ms) and 9 ms", gr.Demand(), gr.PXX())
 	}
 	// A new percentile applies at once to the kept window.
 	if err := b.SetSettings(DeadlineSettings{Deadline: 100 * time.Millisecond, Percentile: 50, ExpectedExecution: 50 * time.Millisecond}); err != nil {
