@@ -90,6 +90,7 @@ func (s *Server) checkDeadline(c *conn, req *binary.Request, pool ingress.Pool, 
 		return admitWait // lost a race since Fits: counted, but answered later
 	}
 	c.bucket.Throttle().CountRejected()
+	c.throttledFor = 0 // the command is answered: its throttle wait is not the next one's
 	c.out = c.appendDeadlineRefusal(c.out, req, g, capacity, retry)
 	return admitAnswered
 }

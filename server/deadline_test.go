@@ -195,3 +195,20 @@ func TestLoopDeadlineCountsInputAndExpiresAtTick(t *testing.T) {
 	}
 	s.ingress.Release(held, clk.now())
 }
+
+// TestDeadlineRefusalEndsThrottleWait: a command refused by the gate after a
+// throttle wait is answered; the wait does not carry over to the next
+// command, whose deadline would otherwise count from the previous one's
+// parking.
+func TestDeadlineRefusalEndsThrottleWait(t *testing.T) {
+	clk := newClock()
+	s := newLoopServer(t, clk, withDeadline(10*time.Millisecond, time.Microsecond, 0))
+	c, _ := s.openFake(t)
+	c.throttledFor = time.Second
+	if v := s.checkDeadline(c, set(1, "k", "v"), ingress.Write, clk.now().Add(-time.Second), clk.now()); v != admitAnswered {
+		t.Fatalf("verdict %v, want answered", v)
+	}
+	if c.throttledFor != 0 {
+		t.Fatalf("throttledFor %v after the refusal, want 0", c.throttledFor)
+	}
+}
