@@ -168,7 +168,12 @@ type OpenLoopResult struct {
 	OpenLoopCounts
 	// Latency of the completed commands, from scheduled send time to the read
 	// that completed the reply.
-	Latency      Histogram
+	Latency Histogram
+	// SendLag is how late the client itself was for each measured command:
+	// from its scheduled time to when the sender woke to write it. It is part
+	// of Latency, and time no server can see; a client short of CPU makes it
+	// large.
+	SendLag      Histogram
 	ErrorSamples []string // the first few unexpected replies
 	Interrupted  bool
 	Measured     time.Duration // Duration, times the runs merged into this result
@@ -178,6 +183,7 @@ type OpenLoopResult struct {
 func (r *OpenLoopResult) Merge(o *OpenLoopResult) {
 	r.OpenLoopCounts.add(&o.OpenLoopCounts)
 	r.Latency.Merge(&o.Latency)
+	r.SendLag.Merge(&o.SendLag)
 	r.Measured += o.Measured
 	r.Interrupted = r.Interrupted || o.Interrupted
 	for _, s := range o.ErrorSamples {
@@ -252,6 +258,7 @@ func RunOpenLoop(ctx context.Context, o OpenLoopOptions) (*OpenLoopResult, error
 	for _, oc := range conns {
 		res.OpenLoopCounts.add(&oc.counts)
 		res.Latency.Merge(&oc.lat)
+		res.SendLag.Merge(&oc.sendLag)
 		for _, s := range oc.samples {
 			if len(res.ErrorSamples) < maxSamples {
 				res.ErrorSamples = append(res.ErrorSamples, s)
@@ -277,6 +284,8 @@ type openConn struct {
 	begin, end time.Time
 	clock      arrivalClock
 	inflight   chan pending
+
+	sendLag Histogram // sender's: scheduled time → write, measured commands only
 
 	counts  OpenLoopCounts // receiver's
 	lat     Histogram      // receiver's
@@ -315,6 +324,9 @@ func (oc *openConn) send(ctx context.Context) {
 		c.wbuf = c.wbuf[:0]
 		for oc.clock.next.Before(oc.end) && !oc.clock.next.After(now) {
 			sched := oc.clock.advance()
+			if !sched.Before(oc.begin) {
+				oc.sendLag.Record(now.Sub(sched))
+			}
 			c.opaque++
 			_, k := c.work.next()
 			c.wbuf = c.appendOp(c.wbuf, &op{key: k, opaque: c.opaque})

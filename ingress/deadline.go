@@ -1,7 +1,6 @@
 package ingress
 
 import (
-	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -11,27 +10,28 @@ import (
 
 // Deadline admission (SPEC section 7, seed 004 "Admissions Control", after SLEdge).
 //
-// A command of a bucket with a deadline needs pXX ÷ deadline of a ticket (the seed's
-// rule; DemandHeadroom, which the server uses, charges pXX ÷ (deadline − pXX)), where
-// pXX is the deadline_percentile of the bucket's recent execution times for the
-// command's class (or expected_execution_us until there is a sample). A pool of C tickets can
-// run C such fractions at once; a command is admitted only while the demand already
-// accepted plus its own stays ≤ C, and it gives its demand back when it completes.
-// All figures are integers in millionths of a ticket (Micro), so that releasing
-// exactly what was taken brings the ledger back to exactly zero.
+// A command of a bucket with a deadline needs mean ÷ deadline of a ticket, where mean
+// is the mean of the bucket's recent execution times for the command's class (or
+// expected_execution_us until there is a sample). The demand a pool has accepted and
+// not yet released, A, is work in flight: A × deadline ticket-seconds, which a pool
+// of C tickets works off in A × deadline ÷ C. So a command that has already waited w
+// since it arrived, and would find A ahead of it, is predicted to complete after
+// w + A × deadline ÷ C + pXX, pXX being the deadline_percentile of the same execution
+// times; it is admitted only while that is at most its deadline, and gives its demand
+// back when it completes. All figures are integers in millionths of a ticket
+// (Micro), so that releasing exactly what was taken brings the ledger back to exactly
+// zero.
+//
+// The seed charges pXX ÷ deadline and admits while A + own ≤ C. kvd keeps its ledger
+// but charges the mean, and puts the percentile where the tail belongs, on the
+// command's own execution: the commands ahead of it are many, and their sum is near
+// their mean; its own execution is one draw, which the percentile bounds. Charging
+// the percentile overstates the queue by pXX ÷ mean, which for synced writes under
+// group commit was about 8 at p90 (docs/deadline-admission.md) and refused a large
+// share of the commands at half the capacity.
 
 // Micro is the unit of demand: one millionth of a ticket.
 const Micro = 1_000_000
-
-// Limits of DeadlineSettings.
-const (
-	MinDeadlinePercentile     = 50
-	MaxDeadlinePercentile     = 99
-	DefaultDeadlinePercentile = 99
-	// DefaultExpectedExecution is used when a bucket sets a deadline but no
-	// expected_execution_us, until its window has a sample.
-	DefaultExpectedExecution = time.Millisecond
-)
 
 // A DeadlineGate is the node-wide ledger of accepted demand, one figure per pool.
 //
@@ -50,43 +50,25 @@ const (
 type DeadlineGate struct {
 	accepted [numPools]atomic.Int64 // Micro; never negative
 	stale    atomic.Int64           // releases that would have taken a ledger below zero
-	rule     atomic.Uint32          // DemandRule
 }
 
-// A DemandRule says how a command's demand follows from its class's pXX and the
-// bucket's deadline D.
-type DemandRule uint32
+// demandOf is the demand in Micro, at least 1, of a command whose class executes in
+// mean on average under deadline d (> 0): mean ÷ D.
+func demandOf(mean time.Duration, d int64) int64 {
+	return max((int64(mean)*Micro+d-1)/d, 1)
+}
 
-const (
-	// DemandSeed is seed 004's rule: pXX ÷ D of a ticket. The zero value.
-	DemandSeed DemandRule = iota
-	// DemandHeadroom is pXX ÷ (D − pXX) while pXX ≤ D/2, and 2·pXX ÷ D beyond
-	// (the two meet at 1 ticket at D/2). Why: a command admitted into a full
-	// ledger first waits for the demand ahead of it and then runs for about pXX
-	// itself, so only D − pXX of its deadline is there to wait in; the seed's rule
-	// spends all of D on the wait and leaves the command's own execution no room.
-	// Past D/2 the denominator stays D/2, so a slow spell raises demand (at most
-	// twice the seed's) but never makes it infinite: a bucket whose demand
-	// exceeded the pool for good could never run a command to learn it got faster.
-	DemandHeadroom
-)
-
-// SetDemandRule chooses the rule for the demands buckets compute from now on (each
-// bucket's next completed command or settings change); grants already made keep
-// theirs.
-func (g *DeadlineGate) SetDemandRule(r DemandRule) { g.rule.Store(uint32(r)) }
-
-// DemandRule returns the rule in force.
-func (g *DeadlineGate) DemandRule() DemandRule { return DemandRule(g.rule.Load()) }
-
-// demandOf is the demand in Micro, at least 1, of a command whose class has pxx
-// under deadline d (> 0) by rule r.
-func demandOf(pxx time.Duration, d int64, r DemandRule) int64 {
-	den := d
-	if r == DemandHeadroom {
-		den = max(d-int64(pxx), d/2, 1)
+// limitAhead is the largest demand a pool of capacity tickets may have accepted
+// ahead of a command that has waited waited already, needs pxx to execute and must
+// complete within d (> 0): the A for which waited + A × d ÷ capacity + pxx = d,
+// rounded down. It is negative when no A will do (the command cannot complete in
+// time even at the head of an empty queue, or the pool has no ticket).
+func limitAhead(waited, pxx time.Duration, d int64, capacity int) int64 {
+	slack := d - int64(waited) - int64(pxx)
+	if slack < 0 || capacity <= 0 {
+		return -1
 	}
-	return max((int64(pxx)*Micro+den-1)/den, 1)
+	return int64(float64(slack) / float64(d) * float64(capacity) * Micro)
 }
 
 // Accepted returns the demand a pool has accepted and not yet released, in Micro.
@@ -101,13 +83,13 @@ func (g *DeadlineGate) Accepted(p Pool) int64 {
 // given to Done or Expire twice); the ledger was clamped at zero instead.
 func (g *DeadlineGate) StaleReleases() int64 { return g.stale.Load() }
 
-// take adds d to pool p's ledger if the result stays ≤ limit. It returns the ledger
-// it saw (before adding) and whether it added.
+// take adds d to pool p's ledger if the ledger it finds is at most limit. It
+// returns the ledger it saw (before adding) and whether it added.
 func (g *DeadlineGate) take(p Pool, d, limit int64) (seen int64, ok bool) {
 	a := &g.accepted[p]
 	for {
 		seen = a.Load()
-		if seen+d > limit {
+		if seen > limit {
 			return seen, false
 		}
 		if a.CompareAndSwap(seen, seen+d) {
@@ -115,6 +97,9 @@ func (g *DeadlineGate) take(p Pool, d, limit int64) (seen int64, ok bool) {
 		}
 	}
 }
+
+// add adds d to pool p's ledger unconditionally (a command admitted alone).
+func (g *DeadlineGate) add(p Pool, d int64) { g.accepted[p].Add(d) }
 
 // release subtracts d from pool p's ledger, never below zero.
 func (g *DeadlineGate) release(p Pool, d int64) {
@@ -134,58 +119,20 @@ func (g *DeadlineGate) release(p Pool, d int64) {
 	}
 }
 
-// DeadlineSettings are a bucket's deadline_ms, deadline_percentile and
-// expected_execution_us. A zero Deadline turns the gate off for the bucket.
-type DeadlineSettings struct {
-	Deadline          time.Duration // relative deadline; 0 = none
-	Percentile        int           // 50–99 (default 99)
-	ExpectedExecution time.Duration // pXX before the window has a sample (default 1 ms)
-}
-
-// EnsureDefaults fills the zero Percentile and ExpectedExecution of a bucket that has
-// a deadline.
-func (s *DeadlineSettings) EnsureDefaults() {
-	if s.Deadline == 0 {
-		return
-	}
-	if s.Percentile == 0 {
-		s.Percentile = DefaultDeadlinePercentile
-	}
-	if s.ExpectedExecution == 0 {
-		s.ExpectedExecution = DefaultExpectedExecution
-	}
-}
-
-// Validate reports the first invalid field, wrapping ErrInvalidOptions.
-func (s *DeadlineSettings) Validate() error {
-	switch {
-	case s.Deadline < 0:
-		return fmt.Errorf("%w: deadline_ms %v < 0", ErrInvalidOptions, s.Deadline)
-	case s.Deadline == 0:
-		return nil
-	case s.Deadline < time.Microsecond:
-		return fmt.Errorf("%w: deadline_ms %v below 1 µs", ErrInvalidOptions, s.Deadline)
-	case s.Percentile < MinDeadlinePercentile || s.Percentile > MaxDeadlinePercentile:
-		return fmt.Errorf("%w: deadline_percentile %d outside [%d, %d]",
-			ErrInvalidOptions, s.Percentile, MinDeadlinePercentile, MaxDeadlinePercentile)
-	case s.ExpectedExecution < 0:
-		return fmt.Errorf("%w: expected_execution_us %v < 0", ErrInvalidOptions, s.ExpectedExecution)
-	}
-	return nil
-}
-
 // A Grant is one admitted command's share of its pool: give it to Done (or Expire)
 // exactly once (or to Release if it never runs). It is a small value. The zero Grant, and the Grant of a bucket without
 // a deadline, hold no demand; Done still records their execution time.
 type Grant struct {
-	at       time.Time     // when Admit was called: the deadline counts from here
+	at       time.Time     // the command's arrival: the deadline counts from here
 	deadline time.Duration // the bucket's deadline then; 0 = none
-	demand   int64         // Micro taken from the pool's ledger
-	pxx      time.Duration // the pXX the demand was computed from
+	demand   int64         // Micro taken from the pool's ledger (mean ÷ deadline)
+	pxx      time.Duration // the pXX of the command's own execution in the prediction
+	waited   time.Duration // refused grants: arrival to Admit, for the reason
 	accepted int64         // refused grants: the ledger Admit saw, for the reason
 	pool     Pool
 	pct      uint8 // the percentile pxx is
 	held     bool  // demand was taken from the ledger: Done or Expire gives it back
+	alone    bool  // admitted as its bucket's only command of its class in flight
 }
 
 // Pool returns the command class the grant was made for.
@@ -194,8 +141,13 @@ func (g Grant) Pool() Pool { return g.pool }
 // Demand returns the demand the grant holds, in Micro.
 func (g Grant) Demand() int64 { return g.demand }
 
-// PXX returns the execution-time percentile the demand was computed from.
+// PXX returns the execution-time percentile the prediction used for the command's own
+// execution.
 func (g Grant) PXX() time.Duration { return g.pxx }
+
+// Alone reports whether the grant was made because its bucket had no other command
+// of its class in flight, whatever the prediction (see Admit).
+func (g Grant) Alone() bool { return g.alone }
 
 // Deadline returns the bucket's relative deadline at admission (0 = none).
 func (g Grant) Deadline() time.Duration { return g.deadline }
@@ -216,9 +168,9 @@ func (g Grant) Passed(now time.Time) bool {
 }
 
 // AppendReason appends the plain-text reason for a refused Grant (Admit's ok false)
-// to dst: "deadline 50 ms cannot be met: write p90 2000 us needs 0.040000 of a ticket,
-// 7.980000 of 8 tickets accepted". The server adds retry_after_us. capacity is the
-// one given to Admit.
+// to dst: "deadline 50 ms cannot be met: write p90 2000 us + queue ~49000 us (7.840000
+// of 8 tickets accepted) + 0 us waited before admission". The queue figure is the
+// wait Admit predicted from the ledger it saw. capacity is the one given to Admit.
 func (g Grant) AppendReason(dst []byte, capacity int) []byte {
 	dst = append(dst, "deadline "...)
 	dst = strconv.AppendInt(dst, g.deadline.Milliseconds(), 10)
@@ -228,13 +180,24 @@ func (g Grant) AppendReason(dst []byte, capacity int) []byte {
 	dst = strconv.AppendInt(dst, int64(g.pct), 10)
 	dst = append(dst, ' ')
 	dst = strconv.AppendInt(dst, g.pxx.Microseconds(), 10)
-	dst = append(dst, " us needs "...)
-	dst = appendMicro(dst, g.demand)
-	dst = append(dst, " of a ticket, "...)
+	dst = append(dst, " us + queue ~"...)
+	dst = strconv.AppendInt(dst, queueWait(g.accepted, capacity, g.deadline).Microseconds(), 10)
+	dst = append(dst, " us ("...)
 	dst = appendMicro(dst, g.accepted)
 	dst = append(dst, " of "...)
 	dst = strconv.AppendInt(dst, int64(capacity), 10)
-	return append(dst, " tickets accepted"...)
+	dst = append(dst, " tickets accepted) + "...)
+	dst = strconv.AppendInt(dst, g.waited.Microseconds(), 10)
+	return append(dst, " us waited before admission"...)
+}
+
+// queueWait is the wait the gate predicts behind accepted Micro in a pool of capacity
+// tickets under deadline d: accepted × d ÷ capacity (one deadline with no ticket).
+func queueWait(accepted int64, capacity int, d time.Duration) time.Duration {
+	if capacity <= 0 {
+		return d
+	}
+	return time.Duration(float64(accepted) / float64(int64(capacity)*Micro) * float64(d))
 }
 
 // appendMicro appends v/Micro with six decimals.
@@ -254,25 +217,33 @@ func appendMicro(dst []byte, v int64) []byte {
 // and the bucket's counters. It charges the node-wide DeadlineGate it was made with.
 //
 // How the server uses it (SPEC section 7): on the event loop, before asking the
-// Controller for a ticket, Admit(class, pool size, now). Refused: answer 0x86 at once
-// with the Grant's AppendReason and retryAfter; nothing to give back. Admitted: keep
-// the Grant with the command, through the ticket queue if it waits. A command granted
-// a ticket (or still queued at Tick) whose Grant has Passed is answered 0x86 and given
-// to Expire instead of being run. When the reply of a command that ran is ready (on
-// the worker), Done(grant, time from ticket to reply, success, now).
+// Controller for a ticket, Admit(class, pool size, arrival, now), arrival being when
+// the command's bytes reached the server. Refused: answer 0x86 at once with the
+// Grant's AppendReason and retryAfter; nothing to give back. Admitted: keep the Grant
+// with the command, through the ticket queue if it waits. A command granted a ticket
+// (or still queued at the server's housekeeping tick) whose Grant has Passed is
+// answered 0x86 and given to Expire instead of being run. When the reply of a command
+// that ran is ready (on the worker), Done(grant, time from ticket to reply, success,
+// now).
 //
 // The demand is thus held from admission to completion, queue wait included, and
-// that is what bounds the wait: the accepted commands' pXX sum to at most capacity ×
-// deadline, and a pool of capacity tickets completes capacity commands per mean
-// execution time, so a command admitted into a full ledger waits about deadline ×
-// mean ÷ pXX for the commands ahead of it, then runs. The margin is pXX ÷ mean: ample
-// for p90 or p99 of a skewed distribution, none for p50 when the mean exceeds the
-// median (the seed's own caveat), and the gate charges nothing for buckets without a
-// deadline sharing the pool.
+// that is what the prediction rests on: the accepted commands' mean execution times
+// sum to A × deadline, which a pool of capacity tickets works off in A × deadline ÷
+// capacity; then the command runs for about its pXX. The margin is pXX ÷ mean on the
+// command's own execution and none on the queue, whose length is a sum; and the gate
+// charges nothing for buckets without a deadline sharing the pool. The time a command waited before Admit (in its connection's input, behind the
+// connection's own commands, or parked by the throttle) counts against its deadline
+// too: without it, a backlog the gate cannot see would grow unchecked.
 //
-// Admit is two atomic loads and one compare-and-swap and does not allocate. Done
-// takes the class's mutex to insert into the window (O(256)) and recompute the
-// demand. A BucketDeadline is safe for concurrent use.
+// A command of a class of which its bucket has nothing in flight is always admitted
+// (while its own deadline has not yet passed), whatever the prediction: otherwise a
+// bucket whose pXX alone exceeds its deadline, or whose neighbours keep the pool's
+// ledger full, would never run a command again, and its window would never learn that
+// execution got faster.
+//
+// Admit is a few atomic loads, one compare-and-swap and one add, and does not
+// allocate. Done takes the class's mutex to insert into the window (O(256)) and
+// recompute the demand. A BucketDeadline is safe for concurrent use.
 type BucketDeadline struct {
 	gate *DeadlineGate
 
@@ -287,8 +258,9 @@ type BucketDeadline struct {
 
 // classWindow is the state of one command class of a bucket.
 type classWindow struct {
-	demand atomic.Int64 // Micro a command needs now: ceil(pxx·Micro/deadline) ≥ 1
-	pxx    atomic.Int64 // ns: the window's pXX, or expected until it has a sample
+	demand   atomic.Int64 // Micro a command needs now: ceil(mean·Micro/deadline) ≥ 1
+	pxx      atomic.Int64 // ns: the window's pXX, or expected until it has a sample
+	inflight atomic.Int64 // grants holding demand, not yet given back; never negative
 
 	mu       sync.Mutex    // guards the fields below
 	win      *Window       // nil until the class's first sample: 4 KiB a bucket never used does not pay
@@ -336,45 +308,54 @@ func (b *BucketDeadline) Settings() DeadlineSettings {
 	}
 }
 
-// maxPXX caps the percentile used for demand so that pxx·Micro fits an int64.
-const maxPXX = time.Hour
+// maxExec caps the execution times demand and predictions use, so that a time ×
+// Micro fits an int64.
+const maxExec = time.Hour
 
 // refreshLocked recomputes c's pXX and demand from its window (or expected) and the
 // bucket's current deadline and percentile. c.mu must be held.
 func (b *BucketDeadline) refreshLocked(c *classWindow) {
 	pxx, ok := c.win.Percentile(int(b.percentile.Load()))
+	mean, _ := c.win.Mean()
 	if !ok {
-		pxx = c.expected
+		pxx, mean = c.expected, c.expected
 	}
-	pxx = min(pxx, maxPXX)
-	c.pxx.Store(int64(pxx))
+	c.pxx.Store(int64(min(pxx, maxExec)))
 	d := b.deadline.Load()
 	if d <= 0 {
 		c.demand.Store(0)
 		return
 	}
-	c.demand.Store(demandOf(pxx, d, b.gate.DemandRule()))
+	c.demand.Store(demandOf(min(mean, maxExec), d))
 }
 
 // Admit decides whether a command of class (the pool it will take a ticket from) can
 // meet the bucket's deadline in a pool of capacity tickets, given the demand the pool
 // has accepted across all buckets. ok true: run or queue the command and give the
 // Grant to Done or Expire exactly once. ok false: refuse the command (0x86); the Grant
-// only explains why (AppendReason) and retryAfter estimates when enough demand frees.
-// A bucket without a deadline admits everything, with a Grant that holds no demand.
-// now stamps the Grant: the deadline counts from it, so pass the command's arrival
-// (its frame complete), not a later moment such as the end of a throttle wait.
+// only explains why (AppendReason) and retryAfter estimates when to try again. A
+// bucket without a deadline admits everything, with a Grant that holds no demand.
 //
-// retryAfter is the time for the excess demand (accepted + own − capacity) to be
-// released if the pool keeps completing commands at full use: then demand frees at
-// capacity ÷ deadline tickets per unit of time (capacity/pXX commands per unit, each
-// holding pXX/deadline), so retryAfter = excess ÷ capacity × deadline, at least 1 µs,
-// rounded up to a microsecond. With capacity 0 it is one deadline.
-func (b *BucketDeadline) Admit(class Pool, capacity int, now time.Time) (g Grant, ok bool, retryAfter time.Duration) {
+// arrival stamps the Grant: the deadline counts from it, so pass when the command
+// reached the server (its bytes read, before any wait in the connection's input or
+// for the throttle), not a later moment; now − arrival is the time already spent.
+// The command is admitted when
+//
+//   - its bucket has no other command of class in flight and its deadline has not
+//     passed yet (a command alone is always admitted: no bucket locks itself out), or
+//   - (now − arrival) + A × deadline ÷ capacity + pXX ≤ deadline, A being the demand
+//     the pool had accepted before it (see limitAhead).
+//
+// retryAfter is the time for the excess demand to drain (the pool releasing capacity
+// ÷ deadline tickets per unit of time) before a fresh command would be admitted: at
+// least 1 µs, rounded up to a microsecond; pXX when not even a fresh command at the
+// head of an empty queue could meet the deadline (then the bucket's command in flight
+// must end first); one deadline with capacity 0.
+func (b *BucketDeadline) Admit(class Pool, capacity int, arrival, now time.Time) (g Grant, ok bool, retryAfter time.Duration) {
 	if class >= numPools {
 		class = Write
 	}
-	g = Grant{at: now, pool: class}
+	g = Grant{at: arrival, pool: class}
 	d := b.deadline.Load()
 	if d == 0 {
 		return g, true, 0
@@ -384,50 +365,66 @@ func (b *BucketDeadline) Admit(class Pool, capacity int, now time.Time) (g Grant
 	g.demand = c.demand.Load()
 	g.pxx = time.Duration(c.pxx.Load())
 	g.pct = uint8(b.percentile.Load())
-	limit := int64(max(capacity, 0)) * Micro
-	seen, ok := b.gate.take(class, g.demand, limit)
+	waited := max(now.Sub(arrival), 0)
+	if int64(waited) < d && c.inflight.Load() == 0 && c.inflight.CompareAndSwap(0, 1) {
+		b.gate.add(class, g.demand)
+		g.held, g.alone = true, true
+		return g, true, 0
+	}
+	seen, ok := b.gate.take(class, g.demand, limitAhead(waited, g.pxx, d, capacity))
 	if ok {
+		c.inflight.Add(1)
 		g.held = true
 		return g, true, 0
 	}
 	b.rejected.Add(1)
-	g.accepted = seen
-	return g, false, retryEstimate(seen+g.demand-limit, capacity, g.deadline)
+	g.accepted, g.waited = seen, waited
+	return g, false, retryEstimate(seen, g.pxx, d, capacity)
 }
 
-// Fits reports whether Admit would admit a command of class in a pool of capacity
-// tickets now, without taking or counting anything (another Admit may change the
-// answer at once). The server uses it to leave a command in its input, rather than
-// answer it ahead of the replies of a batch being collected.
-func (b *BucketDeadline) Fits(class Pool, capacity int) bool {
+// Fits reports whether Admit would admit a command of class that arrived at arrival
+// in a pool of capacity tickets now, without taking or counting anything (another
+// Admit may change the answer at once). The server uses it to leave a command in its
+// input, rather than answer it ahead of the replies of a batch being collected.
+func (b *BucketDeadline) Fits(class Pool, capacity int, arrival, now time.Time) bool {
 	if class >= numPools {
 		class = Write
 	}
-	if b.deadline.Load() == 0 {
+	d := b.deadline.Load()
+	if d == 0 {
 		return true
 	}
-	return b.gate.accepted[class].Load()+b.classes[class].demand.Load() <= int64(max(capacity, 0))*Micro
+	c := &b.classes[class]
+	waited := max(now.Sub(arrival), 0)
+	if int64(waited) < d && c.inflight.Load() == 0 {
+		return true
+	}
+	return b.gate.accepted[class].Load() <= limitAhead(waited, time.Duration(c.pxx.Load()), d, capacity)
 }
 
-// retryEstimate is Admit's retryAfter for excess Micro over a pool of capacity
-// tickets and a relative deadline d.
-func retryEstimate(excess int64, capacity int, d time.Duration) time.Duration {
+// retryEstimate is Admit's retryAfter for a command refused with seen Micro accepted
+// in a pool of capacity tickets, pXX pxx and deadline d (> 0): the time for the
+// excess over a fresh command's limitAhead to drain at capacity ÷ d tickets per unit
+// of time.
+func retryEstimate(seen int64, pxx time.Duration, d int64, capacity int) time.Duration {
 	if capacity <= 0 {
-		return d
+		return time.Duration(d)
 	}
-	r := time.Duration(float64(excess) / float64(int64(capacity)*Micro) * float64(d))
+	limit := limitAhead(0, pxx, d, capacity)
+	if limit < 0 {
+		return max(pxx, time.Microsecond)
+	}
+	r := queueWait(max(seen-limit, 0), capacity, time.Duration(d))
 	r = (r + time.Microsecond - 1).Truncate(time.Microsecond)
 	return max(r, time.Microsecond)
 }
 
 // Done ends an admitted command: it gives the Grant's demand back to the pool, counts
-// a miss if now is past the Grant's deadline (admission + deadline_ms: the reply is
+// a miss if now is past the Grant's deadline (arrival + deadline_ms: the reply is
 // late whatever the reason), and, for a successful command, adds exec (ticket granted
 // → reply ready) to the class's window and recomputes the class's demand.
 func (b *BucketDeadline) Done(g Grant, exec time.Duration, success bool, now time.Time) {
-	if g.held {
-		b.gate.release(g.pool, g.demand)
-	}
+	b.Release(g)
 	if g.Passed(now) {
 		b.missed.Add(1)
 	}
@@ -447,9 +444,7 @@ func (b *BucketDeadline) Done(g Grant, exec time.Duration, success bool, now tim
 // Expire ends an admitted command that will not run because its deadline passed while
 // it waited: it gives the demand back and counts it in Expired.
 func (b *BucketDeadline) Expire(g Grant) {
-	if g.held {
-		b.gate.release(g.pool, g.demand)
-	}
+	b.Release(g)
 	b.expired.Add(1)
 }
 
@@ -457,8 +452,16 @@ func (b *BucketDeadline) Expire(g Grant) {
 // command refused after Admit (queue full), cancelled while queued (client gone,
 // bucket deleted), or otherwise ended without running.
 func (b *BucketDeadline) Release(g Grant) {
-	if g.held {
-		b.gate.release(g.pool, g.demand)
+	if !g.held || g.pool >= numPools {
+		return
+	}
+	b.gate.release(g.pool, g.demand)
+	c := &b.classes[g.pool]
+	for {
+		n := c.inflight.Load()
+		if n <= 0 || c.inflight.CompareAndSwap(n, n-1) {
+			return // n ≤ 0: a Grant given back twice, counted by the gate
+		}
 	}
 }
 
@@ -518,7 +521,8 @@ const WindowSize = 256
 // once the window is full: it finds the evicted value and the new one in sorted by
 // binary search and shifts the elements between the two positions by one with a
 // single copy, so an insert costs O(log 256) comparisons plus at most 255 moved
-// values and never allocates. Percentile is O(1).
+// values and never allocates. Percentile is O(1), and so is Mean: the window keeps
+// the sum of its samples.
 //
 // The zero Window is empty and ready to use; a nil *Window is an empty window to
 // Len, Percentile and AppendSorted. A Window is a fixed 4 KiB value: pass pointers,
@@ -530,6 +534,7 @@ type Window struct {
 	sorted [WindowSize]time.Duration // sorted[:n] ascending
 	n      int                       // samples held, ≤ WindowSize
 	next   int                       // ring index the next sample goes to
+	sum    time.Duration             // of the samples held
 }
 
 // Len returns how many samples the window holds (at most WindowSize).
@@ -541,9 +546,10 @@ func (w *Window) Len() int {
 }
 
 // Add records one execution time, evicting the oldest once the window is full.
-// Negative durations count as 0.
+// Negative durations count as 0, and durations over an hour as an hour.
 func (w *Window) Add(d time.Duration) {
-	d = max(d, 0)
+	d = min(max(d, 0), maxExec)
+	w.sum += d
 	if w.n < WindowSize {
 		i, _ := slices.BinarySearch(w.sorted[:w.n], d)
 		copy(w.sorted[i+1:w.n+1], w.sorted[i:w.n])
@@ -554,6 +560,7 @@ func (w *Window) Add(d time.Duration) {
 		return
 	}
 	old := w.ring[w.next]
+	w.sum -= old
 	w.ring[w.next] = d
 	w.next = (w.next + 1) % WindowSize
 	w.replace(old, d)
@@ -595,6 +602,15 @@ func (w *Window) Percentile(p int) (time.Duration, bool) {
 func rank(p, n int) int {
 	p = min(max(p, 1), 100)
 	return (p*n+99)/100 - 1
+}
+
+// Mean returns the mean of the samples (rounded down) and true, or 0 and false while
+// the window is empty.
+func (w *Window) Mean() (time.Duration, bool) {
+	if w.n == 0 {
+		return 0, false
+	}
+	return w.sum / time.Duration(w.n), true
 }
 
 // AppendSorted appends the samples in ascending order to dst.

@@ -47,45 +47,53 @@ func TestDeadlineSettingsValidate(t *testing.T) {
 	}
 }
 
-// TestDeadlineAdmitUntilCapacity: expected 10 ms, deadline 50 ms → 0.2 of a ticket per
-// command; a pool of 2 tickets admits 10, refuses the 11th with a retry estimate, and
-// admits again once one completes.
-func TestDeadlineAdmitUntilCapacity(t *testing.T) {
+// TestDeadlineAdmitPredictsCompletion: expected 10 ms, deadline 50 ms → 0.2 of a
+// ticket per command; in a pool of 2 tickets a command is admitted while the demand
+// ahead of it, drained at 2 tickets per 50 ms, leaves it its 10 ms: A ≤ 1.6 tickets.
+// So 9 are admitted, the 10th is refused with a retry estimate, and commands are
+// admitted again once one completes.
+func TestDeadlineAdmitPredictsCompletion(t *testing.T) {
 	var g DeadlineGate
 	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 90, ExpectedExecution: 10 * time.Millisecond})
 	var grants []Grant
-	for i := range 10 {
-		gr, ok, retry := b.Admit(Write, 2, dt0)
-		if !ok || retry != 0 || gr.Demand() != 200_000 {
-			t.Fatalf("admit %d: ok=%v retry=%v demand=%d", i, ok, retry, gr.Demand())
+	for i := range 9 {
+		gr, ok, retry := b.Admit(Write, 2, dt0, dt0)
+		if !ok || retry != 0 || gr.Demand() != 200_000 || gr.Alone() != (i == 0) {
+			t.Fatalf("admit %d: ok=%v retry=%v demand=%d alone=%v", i, ok, retry, gr.Demand(), gr.Alone())
 		}
 		grants = append(grants, gr)
 	}
-	if a := g.Accepted(Write); a != 2*Micro {
-		t.Fatalf("accepted = %d, want %d", a, 2*Micro)
+	if a := g.Accepted(Write); a != 1_800_000 {
+		t.Fatalf("accepted = %d, want 1800000", a)
 	}
-	gr, ok, retry := b.Admit(Write, 2, dt0)
+	if b.Fits(Write, 2, dt0, dt0) {
+		t.Fatal("Fits with 1.8 of 2 tickets accepted")
+	}
+	gr, ok, retry := b.Admit(Write, 2, dt0, dt0)
 	// excess 0.2 ticket over 2 tickets × 50 ms = 5 ms.
 	if ok || retry != 5*time.Millisecond {
-		t.Fatalf("11th: ok=%v retry=%v, want refused with 5ms", ok, retry)
+		t.Fatalf("10th: ok=%v retry=%v, want refused with 5ms", ok, retry)
 	}
 	reason := string(gr.AppendReason(nil, 2))
-	want := "deadline 50 ms cannot be met: write p90 10000 us needs 0.200000 of a ticket, 2.000000 of 2 tickets accepted"
+	want := "deadline 50 ms cannot be met: write p90 10000 us + queue ~45000 us (1.800000 of 2 tickets accepted) + 0 us waited before admission"
 	if reason != want {
 		t.Fatalf("reason %q\nwant   %q", reason, want)
 	}
 	// The read pool has its own ledger.
-	if _, ok, _ := b.Admit(Read, 2, dt0); !ok {
+	if _, ok, _ := b.Admit(Read, 2, dt0, dt0); !ok {
 		t.Fatal("read refused while only the write pool is full")
 	}
-	// A larger capacity (the prober grew the pool) admits at once.
-	if gr, ok, _ := b.Admit(Write, 3, dt0); !ok {
+	// A larger pool (the prober grew it) drains faster: admitted at once.
+	if gr, ok, _ := b.Admit(Write, 3, dt0, dt0); !ok {
 		t.Fatal("refused with capacity 3")
 	} else {
 		b.Done(gr, 10*time.Millisecond, true, dt0.Add(10*time.Millisecond))
 	}
 	b.Done(grants[0], 10*time.Millisecond, true, dt0.Add(10*time.Millisecond))
-	if _, ok, _ := b.Admit(Write, 2, dt0); !ok {
+	if !b.Fits(Write, 2, dt0, dt0) {
+		t.Fatal("no Fits after a release")
+	}
+	if _, ok, _ := b.Admit(Write, 2, dt0, dt0); !ok {
 		t.Fatal("refused after a release")
 	}
 	if st := b.Stats(); st.Rejected != 1 || st.Missed != 0 {
@@ -93,22 +101,159 @@ func TestDeadlineAdmitUntilCapacity(t *testing.T) {
 	}
 }
 
-func TestDeadlineRetryEstimate(t *testing.T) {
+// TestDeadlineAdmitCountsTimeWaited: the time a command spent before Admit (in its
+// connection's input, parked by the throttle) comes off its deadline. With 0.8 of 2
+// tickets ahead (20 ms of queue) and pXX 10 ms, a command that waited 20 ms just fits
+// a 50 ms deadline and one that waited 21 ms does not; a fresh command could run, so
+// the retry estimate is the minimum.
+func TestDeadlineAdmitCountsTimeWaited(t *testing.T) {
+	var g DeadlineGate
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 90, ExpectedExecution: 10 * time.Millisecond})
+	for range 4 {
+		if _, ok, _ := b.Admit(Write, 2, dt0, dt0); !ok {
+			t.Fatal("refused")
+		}
+	}
+	now := dt0.Add(time.Second)
+	gr, ok, retry := b.Admit(Write, 2, now.Add(-21*time.Millisecond), now)
+	if ok || retry != time.Microsecond {
+		t.Fatalf("waited 21 ms: ok=%v retry=%v, want refused, retry 1µs", ok, retry)
+	}
+	want := "deadline 50 ms cannot be met: write p90 10000 us + queue ~20000 us (0.800000 of 2 tickets accepted) + 21000 us waited before admission"
+	if reason := string(gr.AppendReason(nil, 2)); reason != want {
+		t.Fatalf("reason %q\nwant   %q", reason, want)
+	}
+	if b.Fits(Write, 2, now.Add(-21*time.Millisecond), now) || !b.Fits(Write, 2, now.Add(-20*time.Millisecond), now) {
+		t.Fatal("Fits disagrees with Admit")
+	}
+	gr, ok, _ = b.Admit(Write, 2, now.Add(-20*time.Millisecond), now)
+	if !ok || gr.Due() != now.Add(30*time.Millisecond) {
+		t.Fatalf("waited 20 ms: ok=%v due %v, want admitted, due 30 ms from now", ok, gr.Due().Sub(now))
+	}
+}
+
+// TestDeadlineAloneIsAdmitted: a bucket whose one command needs more than the whole
+// pool (pXX 200 ms under a 50 ms deadline) or whose neighbour filled the pool's
+// ledger still runs one command at a time, so it never locks itself out and its
+// window learns when execution gets faster; a command whose deadline has passed
+// already is not admitted even alone.
+func TestDeadlineAloneIsAdmitted(t *testing.T) {
+	var g DeadlineGate
+	s := DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 90, ExpectedExecution: 200 * time.Millisecond}
+	b := newDeadlineBucket(t, &g, s)
+	first, ok, _ := b.Admit(Write, 4, dt0, dt0)
+	if !ok || !first.Alone() || first.Demand() != 4*Micro {
+		t.Fatalf("first: ok=%v alone=%v demand %d, want admitted alone with 4 tickets", ok, first.Alone(), first.Demand())
+	}
+	_, ok, retry := b.Admit(Write, 4, dt0, dt0)
+	if ok || retry != 200*time.Millisecond {
+		t.Fatalf("second while the first runs: ok=%v retry=%v, want refused, retry pXX", ok, retry)
+	}
+	b.Done(first, time.Millisecond, true, dt0.Add(time.Millisecond))
+	if st := b.Stats(); st.WritePXX != time.Millisecond {
+		t.Fatalf("window did not learn: %+v", st)
+	}
+	gr, ok, _ := b.Admit(Write, 4, dt0, dt0)
+	if !ok || gr.Demand() != 20_000 {
+		t.Fatalf("after one fast command: ok=%v demand %d, want 20000", ok, gr.Demand())
+	}
+	b.Release(gr)
+	// A neighbour with small commands fills the ledger to 3.94 of 4 tickets; b2, whose
+	// 10 ms commands fit only below 3.2, still runs one while it has nothing in flight.
+	n := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 50 * time.Millisecond, ExpectedExecution: time.Millisecond})
+	for {
+		if _, ok, _ := n.Admit(Write, 4, dt0, dt0); !ok {
+			break
+		}
+	}
+	b2 := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 50 * time.Millisecond, ExpectedExecution: 10 * time.Millisecond})
+	if gr, ok, _ := b2.Admit(Write, 4, dt0, dt0); !ok || !gr.Alone() {
+		t.Fatal("b2 refused with nothing in flight")
+	}
+	if _, ok, _ := b2.Admit(Write, 4, dt0, dt0); ok {
+		t.Fatal("b2's second command admitted into a full ledger")
+	}
+	// Alone, but late already: refused.
+	c := newDeadlineBucket(t, &g, s)
+	if _, ok, _ := c.Admit(Read, 4, dt0, dt0.Add(50*time.Millisecond)); ok {
+		t.Fatal("a command whose deadline passed before Admit was admitted")
+	}
+}
+
+// TestDeadlineQueueChargedAtMean: a heavy tail, as group commit gives synced
+// writes (230 executions of 0.5 ms, 26 of 8 ms: p90 8 ms, mean 1.26 ms). With 50
+// commands ahead in a pool of 8 tickets, the queue works off in about 50 × 1.26 ÷ 8
+// = 7.9 ms, and the command then runs for its p90: 16 ms, well within 50 ms, so it is
+// admitted. Charged at p90 (the seed's demand), the same queue would count as
+// 50 × 8 ÷ 8 = 50 ms and the command would be refused at a fraction of the capacity.
+func TestDeadlineQueueChargedAtMean(t *testing.T) {
+	var g DeadlineGate
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 90, ExpectedExecution: time.Millisecond})
+	for i := range WindowSize {
+		gr, _, _ := b.Admit(Write, 8, dt0, dt0)
+		exec := 500 * time.Microsecond
+		if i%10 == 0 { // 26 of 256
+			exec = 8 * time.Millisecond
+		}
+		b.Done(gr, exec, true, dt0)
+	}
+	if st := b.Stats(); st.WritePXX != 8*time.Millisecond {
+		t.Fatalf("p90 %v, want 8ms", st.WritePXX)
+	}
+	var ahead []Grant
+	for range 50 {
+		gr, ok, _ := b.Admit(Write, 8, dt0, dt0)
+		if !ok {
+			t.Fatalf("refused with %d ahead: %s", len(ahead), gr.AppendReason(nil, 8))
+		}
+		ahead = append(ahead, gr)
+	}
+	gr, ok, _ := b.Admit(Write, 8, dt0, dt0)
+	if !ok || gr.Demand() != 25_235 {
+		t.Fatalf("51st: ok=%v demand %d, want admitted with 25235 (mean 1.26 ms / 50 ms)", ok, gr.Demand())
+	}
+	if w := queueWait(g.Accepted(Write), 8, 50*time.Millisecond); w < 7*time.Millisecond || w > 9*time.Millisecond {
+		t.Fatalf("predicted queue %v, want about 7.9 ms", w)
+	}
+}
+
+func TestDeadlineLimitAndRetry(t *testing.T) {
+	const ms = time.Millisecond
 	tests := []struct {
-		excess   int64
-		capacity int
-		d        time.Duration
-		want     time.Duration
+		waited, pxx time.Duration
+		d           time.Duration
+		capacity    int
+		limit       int64
 	}{
-		{Micro / 5, 2, 50 * time.Millisecond, 5 * time.Millisecond},
-		{1, 8, 50 * time.Millisecond, time.Microsecond},              // tiny excess: 1 µs floor
-		{4 * Micro, 4, 10 * time.Millisecond, 10 * time.Millisecond}, // a whole pool's worth: one deadline
-		{Micro, 0, 20 * time.Millisecond, 20 * time.Millisecond},     // no capacity: one deadline
-		{Micro / 3, 1, 3 * time.Millisecond, time.Millisecond},
+		{0, 10 * ms, 50 * ms, 2, 1_600_000},
+		{20 * ms, 10 * ms, 50 * ms, 2, 800_000},
+		{40 * ms, 10 * ms, 50 * ms, 2, 0},
+		{41 * ms, 10 * ms, 50 * ms, 2, -1},
+		{0, 60 * ms, 50 * ms, 8, -1},
+		{0, ms, 50 * ms, 0, -1},
+		{0, ms, 50 * ms, 100, 98 * Micro},
 	}
 	for _, tc := range tests {
-		if got := retryEstimate(tc.excess, tc.capacity, tc.d); got != tc.want {
-			t.Errorf("retryEstimate(%d, %d, %v) = %v, want %v", tc.excess, tc.capacity, tc.d, got, tc.want)
+		if got := limitAhead(tc.waited, tc.pxx, int64(tc.d), tc.capacity); got != tc.limit {
+			t.Errorf("limitAhead(%v, %v, %v, %d) = %d, want %d", tc.waited, tc.pxx, tc.d, tc.capacity, got, tc.limit)
+		}
+	}
+	retries := []struct {
+		seen     int64
+		pxx, d   time.Duration
+		capacity int
+		want     time.Duration
+	}{
+		{1_800_000, 10 * ms, 50 * ms, 2, 5 * ms},
+		{1_600_001, 10 * ms, 50 * ms, 2, time.Microsecond}, // tiny excess: 1 µs floor
+		{0, 10 * ms, 50 * ms, 2, time.Microsecond},         // refused for its own wait only
+		{3_600_000, 10 * ms, 50 * ms, 2, 50 * ms},          // 2 tickets over: one deadline
+		{0, 60 * ms, 50 * ms, 2, 60 * ms},                  // pXX alone exceeds the deadline: pXX
+		{Micro, ms, 20 * ms, 0, 20 * ms},                   // no capacity: one deadline
+	}
+	for _, tc := range retries {
+		if got := retryEstimate(tc.seen, tc.pxx, int64(tc.d), tc.capacity); got != tc.want {
+			t.Errorf("retryEstimate(%d, %v, %v, %d) = %v, want %v", tc.seen, tc.pxx, tc.d, tc.capacity, got, tc.want)
 		}
 	}
 }
@@ -120,20 +265,20 @@ func TestDeadlineLedgerSharedAcrossBuckets(t *testing.T) {
 	a := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: 5 * time.Millisecond})
 	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: 5 * time.Millisecond})
 	none := newDeadlineBucket(t, &g, DeadlineSettings{})
-	if _, ok, _ := a.Admit(Read, 1, dt0); !ok {
+	if _, ok, _ := a.Admit(Read, 1, dt0, dt0); !ok {
 		t.Fatal("a refused")
 	}
-	if _, ok, _ := b.Admit(Read, 1, dt0); !ok {
+	if _, ok, _ := b.Admit(Read, 1, dt0, dt0); !ok {
 		t.Fatal("b refused")
 	}
-	if _, ok, _ := a.Admit(Read, 1, dt0); ok {
+	if _, ok, _ := a.Admit(Read, 1, dt0, dt0); ok {
 		t.Fatal("a admitted beyond the shared capacity")
 	}
-	if _, ok, _ := b.Admit(Read, 1, dt0); ok {
+	if _, ok, _ := b.Admit(Read, 1, dt0, dt0); ok {
 		t.Fatal("b admitted beyond the shared capacity")
 	}
 	for range 100 {
-		gr, ok, _ := none.Admit(Read, 1, dt0)
+		gr, ok, _ := none.Admit(Read, 1, dt0, dt0)
 		if !ok || gr.Demand() != 0 {
 			t.Fatal("bucket without deadline refused or charged")
 		}
@@ -149,7 +294,7 @@ func TestDeadlineLedgerSharedAcrossBuckets(t *testing.T) {
 func TestDeadlineWindowDrivesDemand(t *testing.T) {
 	var g DeadlineGate
 	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 100 * time.Millisecond, Percentile: 90, ExpectedExecution: 50 * time.Millisecond})
-	gr, _, _ := b.Admit(Read, 10, dt0)
+	gr, _, _ := b.Admit(Read, 10, dt0, dt0)
 	if gr.Demand() != Micro/2 || gr.PXX() != 50*time.Millisecond {
 		t.Fatalf("before samples: demand %d pxx %v", gr.Demand(), gr.PXX())
 	}
@@ -158,15 +303,15 @@ func TestDeadlineWindowDrivesDemand(t *testing.T) {
 		t.Fatalf("failure recorded: %+v", st)
 	}
 	for i := 1; i <= 10; i++ {
-		gr, _, _ := b.Admit(Read, 10, dt0)
+		gr, _, _ := b.Admit(Read, 10, dt0, dt0)
 		b.Done(gr, time.Duration(i)*time.Millisecond, true, dt0)
 	}
 	st := b.Stats()
 	if st.ReadSamples != 10 || st.ReadPXX != 9*time.Millisecond || st.WritePXX != 50*time.Millisecond {
 		t.Fatalf("after samples: %+v", st)
 	}
-	if gr, _, _ := b.Admit(Read, 10, dt0); gr.Demand() != 90_000 {
-		t.Fatalf("demand %d, want 90000 (9 ms / 100 ms)", gr.Demand())
+	if gr, _, _ := b.Admit(Read, 10, dt0, dt0); gr.Demand() != 55_000 || gr.PXX() != 9*time.Millisecond {
+		t.Fatalf("demand %d pXX %v, want 55000 (mean 5.5 ms / 100 ms) and 9 ms", gr.Demand(), gr.PXX())
 	}
 	// A new percentile applies at once to the kept window.
 	if err := b.SetSettings(DeadlineSettings{Deadline: 100 * time.Millisecond, Percentile: 50, ExpectedExecution: 50 * time.Millisecond}); err != nil {
@@ -180,7 +325,7 @@ func TestDeadlineWindowDrivesDemand(t *testing.T) {
 func TestDeadlineMissedExpiredAndPassed(t *testing.T) {
 	var g DeadlineGate
 	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
-	gr, _, _ := b.Admit(Write, 4, dt0)
+	gr, _, _ := b.Admit(Write, 4, dt0, dt0)
 	if gr.Passed(dt0.Add(10*time.Millisecond)) || !gr.Passed(dt0.Add(11*time.Millisecond)) {
 		t.Fatal("Passed wrong around the deadline")
 	}
@@ -188,11 +333,11 @@ func TestDeadlineMissedExpiredAndPassed(t *testing.T) {
 		t.Fatalf("Due %v", gr.Due())
 	}
 	b.Done(gr, 2*time.Millisecond, true, dt0.Add(12*time.Millisecond)) // late: a miss
-	gr, _, _ = b.Admit(Write, 4, dt0)
+	gr, _, _ = b.Admit(Write, 4, dt0, dt0)
 	b.Done(gr, 2*time.Millisecond, true, dt0.Add(9*time.Millisecond)) // in time
-	gr, _, _ = b.Admit(Write, 4, dt0)
+	gr, _, _ = b.Admit(Write, 4, dt0, dt0)
 	b.Expire(gr)
-	gr, _, _ = b.Admit(Write, 4, dt0)
+	gr, _, _ = b.Admit(Write, 4, dt0, dt0)
 	if g.Accepted(Write) == 0 {
 		t.Fatal("nothing accepted")
 	}
@@ -211,7 +356,7 @@ func TestDeadlineMissedExpiredAndPassed(t *testing.T) {
 func TestDeadlineDoubleDoneClamps(t *testing.T) {
 	var g DeadlineGate
 	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
-	gr, _, _ := b.Admit(Read, 1, dt0)
+	gr, _, _ := b.Admit(Read, 1, dt0, dt0)
 	b.Done(gr, 0, false, dt0)
 	b.Done(gr, 0, false, dt0)
 	if g.Accepted(Read) != 0 || g.StaleReleases() != 1 {
@@ -219,11 +364,11 @@ func TestDeadlineDoubleDoneClamps(t *testing.T) {
 	}
 	// A refused Grant holds nothing: Done on it releases nothing.
 	for {
-		if _, ok, _ := b.Admit(Read, 1, dt0); !ok {
+		if _, ok, _ := b.Admit(Read, 1, dt0, dt0); !ok {
 			break
 		}
 	}
-	refused, ok, _ := b.Admit(Read, 1, dt0)
+	refused, ok, _ := b.Admit(Read, 1, dt0, dt0)
 	before := g.Accepted(Read)
 	b.Done(refused, 0, false, dt0)
 	if ok || g.Accepted(Read) != before {
@@ -242,7 +387,7 @@ func TestDeadlineConcurrentNoLeak(t *testing.T) {
 	for w := range 8 {
 		wg.Go(func() {
 			for i := range 5000 {
-				gr, ok, _ := b.Admit(Pool(i%2), capacity, dt0)
+				gr, ok, _ := b.Admit(Pool(i%2), capacity, dt0, dt0)
 				if a := g.Accepted(Pool(i % 2)); a > capacity*Micro {
 					over.Do(func() { t.Errorf("accepted %d over capacity", a) })
 				}
@@ -262,7 +407,7 @@ func TestDeadlineAdmitDoesNotAllocate(t *testing.T) {
 	var g DeadlineGate
 	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
 	allocs := testing.AllocsPerRun(1000, func() {
-		gr, ok, _ := b.Admit(Write, 8, dt0)
+		gr, ok, _ := b.Admit(Write, 8, dt0, dt0)
 		if ok {
 			b.Done(gr, time.Millisecond, true, dt0)
 		}
@@ -279,7 +424,7 @@ func BenchmarkDeadlineAdmit(b *testing.B) {
 	bd := newDeadlineBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok, _ := bd.Admit(Write, 1<<30, dt0); !ok {
+		if _, ok, _ := bd.Admit(Write, 1<<30, dt0, dt0); !ok {
 			b.Fatal("refused")
 		}
 	}
@@ -291,11 +436,11 @@ func BenchmarkDeadlineAdmitRelease(b *testing.B) {
 	bd := newDeadlineBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
 	b.ReportAllocs()
 	for b.Loop() {
-		gr, ok, _ := bd.Admit(Write, 8, dt0)
+		gr, ok, _ := bd.Admit(Write, 8, dt0, dt0)
 		if !ok {
 			b.Fatal("refused")
 		}
-		g.release(Write, gr.demand)
+		bd.Release(gr)
 	}
 }
 
@@ -304,13 +449,13 @@ func BenchmarkDeadlineAdmitRefused(b *testing.B) {
 	var g DeadlineGate
 	bd := newDeadlineBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
 	for {
-		if _, ok, _ := bd.Admit(Write, 1, dt0); !ok {
+		if _, ok, _ := bd.Admit(Write, 1, dt0, dt0); !ok {
 			break
 		}
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok, _ := bd.Admit(Write, 1, dt0); ok {
+		if _, ok, _ := bd.Admit(Write, 1, dt0, dt0); ok {
 			b.Fatal("admitted")
 		}
 	}
@@ -322,7 +467,7 @@ func BenchmarkDeadlineDone(b *testing.B) {
 	bd := newDeadlineBucket(b, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, ExpectedExecution: time.Millisecond})
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		gr, _, _ := bd.Admit(Write, 8, dt0)
+		gr, _, _ := bd.Admit(Write, 8, dt0, dt0)
 		bd.Done(gr, time.Duration(i*7919%3000)*time.Microsecond, true, dt0)
 	}
 }
@@ -334,9 +479,9 @@ func BenchmarkDeadlineAdmitParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			gr, ok, _ := bd.Admit(Write, 1000, dt0)
+			gr, ok, _ := bd.Admit(Write, 1000, dt0, dt0)
 			if ok {
-				g.release(Write, gr.demand)
+				bd.Release(gr)
 			}
 		}
 	})
@@ -362,41 +507,21 @@ func TestPoolSize(t *testing.T) {
 	}
 }
 
-// TestDemandRules: the seed's pXX ÷ D against the headroom rule pXX ÷ (D − pXX),
-// whose denominator stops at D/2; a bucket follows its gate's rule at its next
-// refresh.
-func TestDemandRules(t *testing.T) {
+// TestDemandOf: the seed's pXX ÷ D, rounded up, at least 1 Micro.
+func TestDemandOf(t *testing.T) {
 	const d = int64(50 * time.Millisecond)
 	for _, tc := range []struct {
-		pxx        time.Duration
-		seed, head int64
+		pxx  time.Duration
+		want int64
 	}{
-		{10 * time.Millisecond, 200_000, 250_000},
-		{25 * time.Millisecond, 500_000, Micro},
-		{40 * time.Millisecond, 800_000, 1_600_000},
-		{100 * time.Millisecond, 2 * Micro, 4 * Micro},
-		{0, 1, 1},
+		{10 * time.Millisecond, 200_000},
+		{25 * time.Millisecond, 500_000},
+		{100 * time.Millisecond, 2 * Micro},
+		{time.Nanosecond, 1}, // 1e6 / 5e7 rounded up
+		{0, 1},
 	} {
-		if got := demandOf(tc.pxx, d, DemandSeed); got != tc.seed {
-			t.Errorf("seed pxx %v: %d, want %d", tc.pxx, got, tc.seed)
+		if got := demandOf(tc.pxx, d); got != tc.want {
+			t.Errorf("pxx %v: %d, want %d", tc.pxx, got, tc.want)
 		}
-		if got := demandOf(tc.pxx, d, DemandHeadroom); got != tc.head {
-			t.Errorf("headroom pxx %v: %d, want %d", tc.pxx, got, tc.head)
-		}
-	}
-	var g DeadlineGate
-	s := DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 90, ExpectedExecution: 10 * time.Millisecond}
-	b := newDeadlineBucket(t, &g, s)
-	g.SetDemandRule(DemandHeadroom)
-	if gr, _, _ := b.Admit(Write, 2, dt0); gr.Demand() != 200_000 {
-		t.Fatalf("before a refresh: demand %d, want the seed's 200000", gr.Demand())
-	} else {
-		b.Release(gr)
-	}
-	if err := b.SetSettings(s); err != nil {
-		t.Fatal(err)
-	}
-	if gr, _, _ := b.Admit(Write, 2, dt0); gr.Demand() != 250_000 || g.DemandRule() != DemandHeadroom {
-		t.Fatalf("after SetSettings: demand %d, want 250000 (10 ms / 40 ms)", gr.Demand())
 	}
 }

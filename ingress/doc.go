@@ -117,12 +117,16 @@
 //
 // DeadlineGate and BucketDeadline (deadline.go) add SLEdge's gate (seed 004, SPEC
 // section 7) in front of the ticket pools: a command of a bucket with deadline_ms
-// needs pXX ÷ deadline of a ticket (DemandSeed) or pXX ÷ (deadline − pXX)
-// (DemandHeadroom, the gate's DemandRule), pXX taken from a Window of the bucket's
-// last 256 execution times of its class; it is admitted only while the demand its
-// pool has accepted across all buckets plus its own stays within the pool's ticket
-// count, and gives it back when it completes or expires. Demand is kept in millionths
-// of a ticket in one atomic per pool, so releases bring it back to exactly zero and it
-// never goes negative; Admit is allocation-free. Like the rest of the package, these
-// types take time as an argument and are safe for concurrent use.
+// needs pXX ÷ deadline of a ticket (the seed's demand), pXX taken from a Window of
+// the bucket's last 256 execution times of its class. The demand a pool has accepted
+// across all buckets, A, is work that its tickets drain in A × deadline ÷ tickets; a
+// command is admitted only while the time it has already waited (since its bytes
+// reached the server) plus that predicted queue wait plus its own pXX fits its
+// deadline, or while its bucket has no other command of its class in flight (so no
+// bucket locks itself out). It gives its demand back when it completes or expires;
+// a queued command whose deadline passes is expired by Tick or Expire (a
+// DeadlineWaiter). Demand is kept in millionths of a ticket in one atomic per pool,
+// so releases bring it back to exactly zero and it never goes negative; Admit is
+// allocation-free. Like the rest of the package, these types take time as an
+// argument and are safe for concurrent use.
 package ingress

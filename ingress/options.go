@@ -223,6 +223,19 @@ type Waiter interface {
 	Expired(reason string)
 }
 
+// A DeadlineWaiter is a Waiter whose command must complete by Due (a bucket with
+// deadline_ms). While it is queued, Tick and Expire answer it with
+// Expired(DeadlinePassed) once Due has passed, instead of leaving it to be granted a
+// ticket it can no longer use. Due is read once, when the waiter is queued.
+type DeadlineWaiter interface {
+	Waiter
+	Due() time.Time
+}
+
+// DeadlinePassed is the reason Expired is given for a DeadlineWaiter whose Due passed
+// while it was queued; the server words the reply itself.
+const DeadlinePassed = "deadline passed in the queue"
+
 // ticketKind says how a ticket was obtained.
 type ticketKind uint8
 
@@ -268,3 +281,53 @@ func (t Ticket) Exempt() bool { return t.kind == kindExempt }
 
 // Valid reports whether t came from a Controller (it may still have been released).
 func (t Ticket) Valid() bool { return t.gen != 0 }
+
+// Limits of DeadlineSettings.
+const (
+	MinDeadlinePercentile     = 50
+	MaxDeadlinePercentile     = 99
+	DefaultDeadlinePercentile = 99
+	// DefaultExpectedExecution is used when a bucket sets a deadline but no
+	// expected_execution_us, until its window has a sample.
+	DefaultExpectedExecution = time.Millisecond
+)
+
+// DeadlineSettings are a bucket's deadline_ms, deadline_percentile and
+// expected_execution_us. A zero Deadline turns the gate off for the bucket.
+type DeadlineSettings struct {
+	Deadline          time.Duration // relative deadline; 0 = none
+	Percentile        int           // 50–99 (default 99)
+	ExpectedExecution time.Duration // pXX before the window has a sample (default 1 ms)
+}
+
+// EnsureDefaults fills the zero Percentile and ExpectedExecution of a bucket that has
+// a deadline.
+func (s *DeadlineSettings) EnsureDefaults() {
+	if s.Deadline == 0 {
+		return
+	}
+	if s.Percentile == 0 {
+		s.Percentile = DefaultDeadlinePercentile
+	}
+	if s.ExpectedExecution == 0 {
+		s.ExpectedExecution = DefaultExpectedExecution
+	}
+}
+
+// Validate reports the first invalid field, wrapping ErrInvalidOptions.
+func (s *DeadlineSettings) Validate() error {
+	switch {
+	case s.Deadline < 0:
+		return fmt.Errorf("%w: deadline_ms %v < 0", ErrInvalidOptions, s.Deadline)
+	case s.Deadline == 0:
+		return nil
+	case s.Deadline < time.Microsecond:
+		return fmt.Errorf("%w: deadline_ms %v below 1 µs", ErrInvalidOptions, s.Deadline)
+	case s.Percentile < MinDeadlinePercentile || s.Percentile > MaxDeadlinePercentile:
+		return fmt.Errorf("%w: deadline_percentile %d outside [%d, %d]",
+			ErrInvalidOptions, s.Percentile, MinDeadlinePercentile, MaxDeadlinePercentile)
+	case s.ExpectedExecution < 0:
+		return fmt.Errorf("%w: expected_execution_us %v < 0", ErrInvalidOptions, s.ExpectedExecution)
+	}
+	return nil
+}

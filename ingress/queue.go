@@ -21,6 +21,9 @@ func (c *Controller) enqueueLocked(pool Pool, b *Bucket, w Waiter, bytes int64, 
 	n := c.nodes.Get().(*waiterNode)
 	c.seq++
 	*n = waiterNode{w: w, at: now, seq: c.seq, pool: pool, b: b, bytes: bytes}
+	if dw, ok := w.(DeadlineWaiter); ok {
+		n.due = dw.Due()
+	}
 	if b.q[pool].pushBack(n); b.q[pool].n == 1 {
 		b.active[pool] = len(p.active)
 		p.active = append(p.active, b)
@@ -148,6 +151,7 @@ type waiterNode struct {
 	w          Waiter
 	prev, next *waiterNode
 	at         time.Time // when it was queued
+	due        time.Time // a DeadlineWaiter's Due; zero for none
 	seq        uint64    // queue order across pools and buckets
 	b          *Bucket
 	bytes      int64 // to charge when granted

@@ -134,6 +134,46 @@ func TestExpireBetweenTicks(t *testing.T) {
 	checkInvariants(t, s)
 }
 
+// dueWaiter is a recWaiter with a deadline (a DeadlineWaiter).
+type dueWaiter struct {
+	recWaiter
+	due time.Time
+}
+
+func (w *dueWaiter) Due() time.Time { return w.due }
+
+// Expire (and Tick) answer a queued DeadlineWaiter once its Due has passed, with
+// DeadlinePassed and without counting a queue timeout; a waiter behind it whose Due
+// has not passed stays, and so does a plain Waiter.
+func TestExpireDeadlinePassed(t *testing.T) {
+	c, ev := newTest(t, 1, 1, Options{QueueTimeout: time.Second})
+	held := mustAcquire(t, c, Write, nil, at(0), Admitted)
+	mustAcquire(t, c, Write, &dueWaiter{recWaiter{name: "a", ev: ev}, at(20 * time.Millisecond)}, at(0), Queued)
+	mustAcquire(t, c, Write, &dueWaiter{recWaiter{name: "b", ev: ev}, at(40 * time.Millisecond)}, at(0), Queued)
+	mustAcquire(t, c, Write, &recWaiter{name: "c", ev: ev}, at(0), Queued)
+	c.Expire(at(20 * time.Millisecond))
+	if got := ev.take(); got != "" {
+		t.Fatalf("Expire at a's due: %q", got)
+	}
+	c.Expire(at(21 * time.Millisecond))
+	if got := ev.take(); got != "a:expired:"+DeadlinePassed {
+		t.Fatalf("Expire past a's due: %q", got)
+	}
+	c.Tick(at(41 * time.Millisecond))
+	if got := ev.take(); got != "b:expired:"+DeadlinePassed {
+		t.Fatalf("Tick past b's due: %q", got)
+	}
+	s := c.Stats()
+	if s.Write.Expired != 0 || s.Write.QueueLength != 1 || s.Write.RemovedFromQueue != 2 {
+		t.Fatalf("stats %+v", s.Write)
+	}
+	checkInvariants(t, s)
+	c.Release(held, at(50*time.Millisecond))
+	if got := ev.take(); got != "c:granted" {
+		t.Fatalf("after the release: %q", got)
+	}
+}
+
 func TestNodeCapBinding(t *testing.T) {
 	c, ev := newTest(t, 4, 4, Options{NodeTickets: 3})
 	r1 := mustAcquire(t, c, Read, nil, at(0), Admitted)

@@ -11,7 +11,8 @@ import (
 //
 //  1. expires every waiter that has waited longer than its queue timeout, its bucket's
 //     or else the node's (Expired is called with "timed out after N ms in bucket B", or
-//     "timed out after N ms in the <pool> queue" for work of no bucket);
+//     "timed out after N ms in the <pool> queue" for work of no bucket), and every
+//     DeadlineWaiter whose Due has passed (Expired(DeadlinePassed));
 //  2. halves every bucket's recent use of each pool (fair dequeue's measure), so that
 //     what a bucket used a second ago weighs about 1/1000 of what it uses now;
 //  3. feeds the prober a probe.Sample: normal commands finished so far in both pools
@@ -47,10 +48,10 @@ func (c *Controller) Tick(now time.Time) {
 	c.deliver(&granted)
 }
 
-// Expire answers the waiters that have waited longer than their queue timeout, as
-// Tick's step 1 does, and nothing else: the server calls it between Ticks (every
-// 10 ms) so that a short per-bucket queue_timeout_ms is kept to about that
-// granularity rather than the probe interval's. Expired is called on the calling
+// Expire answers the waiters that have waited longer than their queue timeout or past
+// their deadline, as Tick's step 1 does, and nothing else: the server calls it
+// between Ticks (every 10 ms) so that a short per-bucket queue_timeout_ms, and a
+// deadline, are kept to about that granularity rather than the probe interval's. Expired is called on the calling
 // goroutine after the lock is released.
 func (c *Controller) Expire(now time.Time) {
 	var expired chain
@@ -61,10 +62,12 @@ func (c *Controller) Expire(now time.Time) {
 	c.deliver(&expired)
 }
 
-// expireLocked moves every waiter that has waited longer than its timeout from the
-// queues onto expired. A bucket's queues are in arrival order and share one timeout,
-// so each scan stops at the first waiter still in time (one that arrived with a
-// slightly earlier time from another goroutine waits for the next Tick).
+// expireLocked moves every waiter that has waited longer than its timeout, or whose
+// deadline (DeadlineWaiter.Due) has passed, from the queues onto expired. A bucket's
+// queues are in arrival order and share one timeout and one deadline_ms, so each scan
+// stops at the first waiter still in time on both counts (one that arrived with a
+// slightly earlier time from another goroutine waits for the next call; the server
+// also checks the deadline when it grants a ticket).
 func (c *Controller) expireLocked(now time.Time, expired *chain) {
 	for i := range c.pools {
 		p := &c.pools[i]
@@ -72,11 +75,21 @@ func (c *Controller) expireLocked(now time.Time, expired *chain) {
 		for j := len(p.active) - 1; j >= 0; j-- {
 			b := p.active[j]
 			timeout := c.timeoutLocked(b)
-			for n := b.q[i].head; n != nil && now.Sub(n.at) > timeout; n = b.q[i].head {
+			for n := b.q[i].head; n != nil; n = b.q[i].head {
+				switch {
+				case now.Sub(n.at) > timeout:
+					p.st.Expired++
+					b.st.NumTimedOut++
+					n.reason = c.expiredReasonLocked(b, Pool(i))
+				case !n.due.IsZero() && now.After(n.due):
+					n.reason = DeadlinePassed // counted by the server (num_deadline_expired)
+				default:
+					n = nil
+				}
+				if n == nil {
+					break
+				}
 				c.dequeueLocked(n, now)
-				p.st.Expired++
-				b.st.NumTimedOut++
-				n.reason = c.expiredReasonLocked(b, Pool(i))
 				expired.pushBack(n)
 			}
 		}

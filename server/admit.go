@@ -43,7 +43,11 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 		return v
 	}
 	c.cmdStart = now.Add(-c.throttledFor) // frame complete, before any parking
-	if v := s.checkDeadline(c, req, pool, c.cmdStart); v != admitRun {
+	arrival := c.in.at(c.gc.InboundBuffered(), now)
+	if arrival.After(c.cmdStart) {
+		arrival = c.cmdStart
+	}
+	if v := s.checkDeadline(c, req, pool, arrival, now); v != admitRun {
 		return v
 	}
 	if c.collect != nil {
@@ -254,10 +258,7 @@ func (b *batch) Granted(t ingress.Ticket) {
 	r.queued = now.Sub(r.queuedAt)
 	if waited, stale := staleGrant(r, now); stale {
 		s.ingress.Release(t, now)
-		expireDeadline(r)
-		r.status, r.reason = mc.StatusTemporaryFailure, deadlinePassedReason(waited)
-		b.out = b.c.appendResult(b.out, r)
-		b.c.finish(b)
+		b.deadlinePassed(r, waited)
 		return
 	}
 	r.ticket = t
@@ -265,10 +266,16 @@ func (b *batch) Granted(t ingress.Ticket) {
 }
 
 // Expired implements ingress.Waiter: the queued command waited past the
-// queue timeout and is answered 0x86 with the reason.
+// queue timeout, or past its deadline (the housekeeping tick's
+// ingress.Expire finds it: see Due), and is answered 0x86 with the reason.
+// It runs on the goroutine that expired it, which never waits on the loop.
 func (b *batch) Expired(reason string) {
-	r := b.reqs[0]
-	r.queued = b.c.srv.opts.Now().Sub(r.queuedAt)
+	r, now := b.reqs[0], b.c.srv.opts.Now()
+	r.queued = now.Sub(r.queuedAt)
+	if waited, stale := staleGrant(r, now); stale || reason == ingress.DeadlinePassed {
+		b.deadlinePassed(r, waited)
+		return
+	}
 	releaseDeadline(r)
 	r.status, r.reason = mc.StatusTemporaryFailure, reason
 	b.bucket.Throttle().CountRejected()

@@ -61,6 +61,7 @@ type conn struct {
 	parkedSince  time.Time     // when the head command was first throttled; zero when not
 	throttledFor time.Duration // how long the next batched command was held
 	cmdStart     time.Time     // frame complete of the command being admitted
+	in           inputClock    // when the input's bytes arrived (arrival.go)
 	lat          latencyLog    // commands answered this pass, observed after the write
 
 	// The deadline grant of the command being admitted (with dl, its
@@ -116,7 +117,9 @@ func (c *conn) onTraffic() gnet.Action {
 		return gnet.Close
 	}
 	c.stopped = false
+	c.in.arrived(c.gc.InboundBuffered(), c.srv.opts.Now())
 	action := c.serve()
+	c.in.passed(c.gc.InboundBuffered())
 	if len(c.out) > 0 {
 		_, _ = c.gc.Write(c.out)
 		if cap(c.out) > 1<<20 {

@@ -16,7 +16,9 @@ import (
 // ingress.DeadlineGate and ingress.BucketDeadline.
 //
 // A data command that takes a ticket asks its bucket's gate after the
-// throttle said run and before ingress.Acquire (admitDeadline). Refused, it
+// throttle said run and before ingress.Acquire (checkDeadline), with the
+// time its bytes arrived (arrival.go), so that what it waited in the
+// connection's input already counts. Refused, it
 // is answered 0x86 at once: "deadline <D> ms cannot be met: …" with
 // retry_after_us (in the XERROR JSON, or at the end of the plain-text
 // reason). Admitted, its Grant travels with it in its request, through the
@@ -24,9 +26,12 @@ import (
 //
 //   - Done on the worker (or on the loop for a resident GET) when its reply
 //     is ready, with the time from ticket to reply (endDeadline);
-//   - Expire when it is granted a ticket after its deadline has already
-//     passed: it is answered 0x86 "deadline passed after N ms in the queue"
-//     instead of running stale (batch.Granted);
+//   - Expire when its deadline passes while it waits for a ticket: it is
+//     answered 0x86 "deadline passed after N ms in the queue" instead of
+//     running stale, by the housekeeping tick (ingress.Expire every 10 ms
+//     finds it through batch.Due and calls batch.Expired, which hands the
+//     reply to the loop), or at the latest when it is granted a ticket
+//     (batch.Granted);
 //   - Release when it never runs for another reason: Acquire refused it,
 //     its queue wait timed out, its bucket was deleted, its client went away,
 //     or it was left in the input to be admitted again later.
@@ -61,19 +66,20 @@ func (s *Server) setBucketDeadline(b *catalog.Bucket) {
 }
 
 // checkDeadline asks c's bucket's gate whether req, of class pool, can meet
-// the bucket's deadline; arrival is when the command first asked admission
-// (before any throttle wait), from which its deadline counts. Admitted, the
-// Grant waits in c.grant for the request the command is copied into
-// (addReq, serveResident), or for dropGrant. Refused, the command is
+// the bucket's deadline; arrival is when the command's bytes reached the
+// loop (arrival.go), from which its deadline counts, so that the time it
+// waited in the connection's input or for the throttle is spent already.
+// Admitted, the Grant waits in c.grant for the request the command is copied
+// into (addReq, serveResident), or for dropGrant. Refused, the command is
 // answered 0x86 here, unless a batch is being collected: its reply must not
 // overtake theirs, so it stays in the input and asks again once they ran.
-func (s *Server) checkDeadline(c *conn, req *binary.Request, pool ingress.Pool, arrival time.Time) verdict {
+func (s *Server) checkDeadline(c *conn, req *binary.Request, pool ingress.Pool, arrival, now time.Time) verdict {
 	dl := stateOf(c.bucket).dl
 	capacity := s.ingress.PoolSize(pool)
-	if c.collect != nil && !dl.Fits(pool, capacity) {
+	if c.collect != nil && !dl.Fits(pool, capacity, arrival, now) {
 		return admitWait
 	}
-	g, ok, retry := dl.Admit(pool, capacity, arrival)
+	g, ok, retry := dl.Admit(pool, capacity, arrival, now)
 	switch {
 	case ok:
 		if g.Deadline() > 0 {
@@ -84,6 +90,7 @@ func (s *Server) checkDeadline(c *conn, req *binary.Request, pool ingress.Pool, 
 		return admitWait // lost a race since Fits: counted, but answered later
 	}
 	c.bucket.Throttle().CountRejected()
+	c.throttledFor = 0 // the command is answered: its throttle wait is not the next one's
 	c.out = c.appendDeadlineRefusal(c.out, req, g, capacity, retry)
 	return admitAnswered
 }
@@ -154,13 +161,37 @@ func expireDeadline(r *request) {
 	r.dl, r.grant = nil, ingress.Grant{}
 }
 
-// staleGrant reports whether r, just granted a ticket at now, has a deadline
-// that passed while it waited, and how long it waited since it arrived.
+// staleGrant reports whether r, queued for a ticket, has a deadline that
+// has passed at now, and how long it has waited since it arrived (0 for a
+// command without a deadline).
 func staleGrant(r *request, now time.Time) (time.Duration, bool) {
-	if r.dl == nil || !r.grant.Passed(now) {
+	if r.dl == nil {
 		return 0, false
 	}
-	return now.Sub(r.grant.Due().Add(-r.grant.Deadline())), true
+	return now.Sub(r.grant.Due().Add(-r.grant.Deadline())), r.grant.Passed(now)
+}
+
+// Due implements ingress.DeadlineWaiter for a batch queued for a ticket (a
+// queued batch holds one command): its deadline, or the zero Time for none.
+// ingress.Expire, which the housekeeping goroutine calls every 10 ms, then
+// answers it through Expired as soon as the deadline has passed, rather than
+// when it would have been granted a ticket.
+func (b *batch) Due() time.Time {
+	if len(b.reqs) == 0 || b.reqs[0].dl == nil {
+		return time.Time{}
+	}
+	return b.reqs[0].grant.Due()
+}
+
+// deadlinePassed answers r, the one command of a queued batch, whose
+// deadline passed before it got a ticket: 0x86 "deadline passed after N ms
+// in the queue", its grant ended by Expire, and the batch handed back to its
+// loop.
+func (b *batch) deadlinePassed(r *request, waited time.Duration) {
+	expireDeadline(r)
+	r.status, r.reason = binary.StatusTemporaryFailure, deadlinePassedReason(waited)
+	b.out = b.c.appendResult(b.out, r)
+	b.c.finish(b)
 }
 
 // deadlinePassedReason is the 0x86 reason of a command whose deadline passed

@@ -27,15 +27,15 @@ func withDeadline(deadline, expected time.Duration, nodeTickets int64) func(*Opt
 func TestDeadlineCheckAllocs(t *testing.T) {
 	clk := newClock()
 	for _, tc := range []struct {
-		name     string
-		expected time.Duration
-		want     verdict
-	}{{"admit", time.Microsecond, admitRun}, {"refuse", time.Hour, admitAnswered}} {
-		s := newLoopServer(t, clk, withDeadline(time.Second, tc.expected, 0))
+		name   string
+		waited time.Duration // before the check: past the deadline, even a command alone is refused
+		want   verdict
+	}{{"admit", 0, admitRun}, {"refuse", 2 * time.Second, admitAnswered}} {
+		s := newLoopServer(t, clk, withDeadline(time.Second, time.Microsecond, 0))
 		c, _ := s.openFake(t)
 		req := set(1, "k", "v")
 		run := func() {
-			if v := s.checkDeadline(c, req, ingress.Write, clk.now()); v != tc.want {
+			if v := s.checkDeadline(c, req, ingress.Write, clk.now().Add(-tc.waited), clk.now()); v != tc.want {
 				t.Fatalf("%s: verdict %v, want %v", tc.name, v, tc.want)
 			}
 			c.dropGrant()
@@ -61,7 +61,7 @@ func BenchmarkDeadlineCheck(b *testing.B) {
 	req, now := set(1, "k", "v"), clk.now()
 	b.ReportAllocs()
 	for b.Loop() {
-		s.checkDeadline(c, req, ingress.Write, now)
+		s.checkDeadline(c, req, ingress.Write, now, now)
 		c.dropGrant()
 	}
 }
@@ -141,5 +141,74 @@ func TestLoopDeadlineLedgerBalances(t *testing.T) {
 	}
 	if !strings.Contains(string(f2.out), "queue full") {
 		t.Fatalf("0x85 reason %q", f2.out)
+	}
+}
+
+// TestLoopDeadlineCountsInputAndExpiresAtTick: a SET pipelined behind one
+// that waits for a ticket sits in the connection's input for 45 ms; its
+// deadline counts from its arrival there, not from its decoding. Queued in
+// turn, it is answered 0x86 "deadline passed after 51 ms in the queue" by
+// the housekeeping tick's ingress.Expire once 50 ms have passed since it
+// arrived, while the ticket it waits for is still held, and it never runs.
+func TestLoopDeadlineCountsInputAndExpiresAtTick(t *testing.T) {
+	clk := newClock()
+	s := newLoopServer(t, clk, withDeadline(50*time.Millisecond, time.Millisecond, 1))
+	c, f := s.openFake(t)
+	held := holdTicket(t, s, clk.now())
+	f.send(set(1, "a", "v"))
+	c.onTraffic() // A queued: the connection's one batch in flight
+	f.send(set(2, "b", "v"))
+	c.onTraffic() // B read at t0, left in the input
+	clk.advance(45 * time.Millisecond)
+	s.ingress.Release(held, clk.now()) // A granted 45 ms after it arrived: in time, it runs
+	f.waitWake(t)
+	held = holdTicket(t, s, clk.now())
+	c.onTraffic() // A's reply; B decoded and admitted (alone), queued for the held ticket
+	if rs := f.replies(t); len(rs) != 1 || rs[0].Status != mc.StatusOK || c.inflight == nil {
+		t.Fatalf("replies %+v, B in flight %v: want A's OK and B queued", rs, c.inflight != nil)
+	}
+	clk.advance(5 * time.Millisecond)
+	s.ingress.Expire(clk.now()) // t0+50 ms: not yet past
+	select {
+	case <-f.wakes:
+		t.Fatal("B expired at its deadline, not after it")
+	default:
+	}
+	clk.advance(time.Millisecond)
+	s.ingress.Expire(clk.now()) // what housekeeping does every 10 ms
+	f.waitWake(t)
+	c.onTraffic()
+	rs := f.replies(t)
+	if len(rs) != 2 || rs[1].Opaque != 2 || rs[1].Status != mc.StatusTemporaryFailure ||
+		string(rs[1].Value) != "deadline passed after 51 ms in the queue" {
+		t.Fatalf("replies %+v, want B's 0x86 \"deadline passed after 51 ms in the queue\"", rs)
+	}
+	if st := s.ingress.Stats().Write; st.Out != 1 || st.QueueLength != 0 || st.Expired != 0 {
+		t.Fatalf("write pool %+v: want the held ticket out, nobody queued, no queue timeout", st)
+	}
+	d := stateOf(c.bucket).dl.Stats()
+	if a := s.deadline.Accepted(ingress.Write); a != 0 || d.Expired != 1 || d.Missed != 0 {
+		t.Fatalf("ledger %d, deadline stats %+v: want 0 and one expired", a, d)
+	}
+	if _, ok := c.bucket.Store().Peek([]byte("b"), 0, nil); ok {
+		t.Fatal("the expired SET was executed")
+	}
+	s.ingress.Release(held, clk.now())
+}
+
+// TestDeadlineRefusalEndsThrottleWait: a command refused by the gate after a
+// throttle wait is answered; the wait does not carry over to the next
+// command, whose deadline would otherwise count from the previous one's
+// parking.
+func TestDeadlineRefusalEndsThrottleWait(t *testing.T) {
+	clk := newClock()
+	s := newLoopServer(t, clk, withDeadline(10*time.Millisecond, time.Microsecond, 0))
+	c, _ := s.openFake(t)
+	c.throttledFor = time.Second
+	if v := s.checkDeadline(c, set(1, "k", "v"), ingress.Write, clk.now().Add(-time.Second), clk.now()); v != admitAnswered {
+		t.Fatalf("verdict %v, want answered", v)
+	}
+	if c.throttledFor != 0 {
+		t.Fatalf("throttledFor %v after the refusal, want 0", c.throttledFor)
 	}
 }

@@ -89,7 +89,6 @@ func New(opts Options) (*Server, error) {
 		throttle:  tenant.NewThrottle(opts.NodeCapacity, opts.Now()),
 		logins:    newLoginGate(opts.Now),
 	}
-	s.deadline.SetDemandRule(ingress.DemandHeadroom) // docs/deadline-admission.md: why not the seed's
 	if err := s.open(); err != nil {
 		_ = db.Close()
 		return nil, err

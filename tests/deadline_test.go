@@ -15,6 +15,7 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"strconv"
@@ -82,18 +83,55 @@ func deadlineBucket(name string, settings map[string]any) map[string]any {
 	return b
 }
 
-// TestDeadlineCannotBeMet: bucket "dl" expects 20 ms per command against a
-// 10 ms deadline, so each command needs 4 tickets (kvd's headroom rule:
-// pXX ÷ (D − pXX) with D − pXX held at D/2) of a write pool fixed at 1:
-// every command is refused at once with 0x86, "deadline 10 ms cannot be
-// met", and retry_after_us 30000 (3 excess tickets of 1 free in 3 deadlines),
-// in the XERROR JSON and at the end of the plain-text reason. The neighbour
-// "free" (no deadline), in the same pool, runs every command. STAT and
-// Prometheus count the refusals for "dl" only. A config edit that removes
-// dl's deadline lets its commands run.
+// cannotBeMet matches a "cannot be met" reason of a command refused for the
+// time it waited before admission; the group is that time in µs.
+var cannotBeMet = regexp.MustCompile(`^deadline 10 ms cannot be met: (?:read|write) p90 \d+ us \+ queue ~\d+ us \([0-9.]+ of 1 tickets accepted\) \+ (\d+) us waited before admission`)
+
+// refusedAfterWait sends two commands in one write to bucket dl, whose
+// hard limit of 1 unit per second lets the first run and parks the second
+// until the throttle's next second. The second's 10 ms deadline counts from
+// its arrival, so by then it has passed: the gate refuses it at once, even
+// with nothing of dl in flight. It returns the second's reply and how many
+// of the two were refused. The first may be refused too (the refused
+// second's units were charged when the throttle let it through, so the
+// first of the next pair waits for the following second); should the
+// second boundary come within 10 ms (the second then runs in time), it
+// tries again, up to 5 times.
+func refusedAfterWait(t *testing.T, c *rawConn, first, second func(i uint32) *mc.Request) (*mc.Response, int64) {
+	t.Helper()
+	refused := int64(0)
+	for try := range 5 {
+		i := uint32(100 * try)
+		c.send(first(i), second(i+1))
+		if res := c.recv(); res.Status != mc.StatusOK {
+			if res.Status != mc.StatusTemporaryFailure || !strings.Contains(string(res.Value), "cannot be met") {
+				t.Fatalf("first command: status 0x%02x %q", uint16(res.Status), res.Value)
+			}
+			refused++
+		}
+		res := c.recv()
+		if res.Status != mc.StatusOK {
+			return res, refused + 1
+		}
+	}
+	t.Fatal("the second command ran in time 5 times: the throttle never held it 10 ms")
+	return nil, 0
+}
+
+// TestDeadlineCannotBeMet: bucket "dl" has a 10 ms deadline and a hard
+// limit of one unit per second, so of two commands sent together the
+// second waits for the throttle past its deadline before the gate sees it
+// (the deadline counts from the command's arrival): it is refused at once
+// with 0x86 "deadline 10 ms cannot be met: … + N us waited before
+// admission" and retry_after_us, in the XERROR JSON and at the end of the
+// plain-text reason. The neighbour "free" (no deadline, not throttled), in
+// the same pool, runs every command. STAT and Prometheus count the refusals
+// for "dl" only. A config edit that removes dl's deadline lets its commands
+// run.
 func TestDeadlineCannotBeMet(t *testing.T) {
 	metrics := freeAddr(t)
-	dl := map[string]any{"deadline_ms": 10, "deadline_percentile": 90, "expected_execution_us": 20000}
+	dl := map[string]any{"deadline_ms": 10, "deadline_percentile": 90, "expected_execution_us": 20000,
+		"reserved": 0, "hard_limit": 1}
 	cfg := func(dl map[string]any) string {
 		return throttleConfig(t, map[string]any{"ingress": map[string]any{"probe": map[string]any{"min": 1, "max": 1}}},
 			deadlineBucket("dl", dl), deadlineBucket("free", nil))
@@ -103,69 +141,74 @@ func TestDeadlineCannotBeMet(t *testing.T) {
 	x.hello(featXError)
 	plain := login(t, k.Addr, "tenant", "tenant-pw", "dl")
 	free := login(t, k.Addr, "tenant", "tenant-pw", "free")
+	setReq := func(i uint32) *mc.Request { return reqWith(mc.OpSet, i, mc.AppendSetExtras(nil, 0, 0), "k", "v") }
 
-	for i := range 5 {
+	refused := int64(0)
+	for i := range 2 {
 		t0 := time.Now()
-		res := x.call(reqWith(mc.OpSet, uint32(i), mc.AppendSetExtras(nil, 0, 0), "k", "v"))
+		res, n := refusedAfterWait(t, x, setReq, setReq)
+		refused += n
 		if res.Status != mc.StatusTemporaryFailure {
-			t.Fatalf("SET on dl: status 0x%02x %q, want 0x86", uint16(res.Status), res.Value)
-		}
-		if took := time.Since(t0); took > 500*time.Millisecond {
-			t.Errorf("the refusal took %v: it must be at once", took)
+			t.Fatalf("second SET on dl: status 0x%02x %q, want 0x86", uint16(res.Status), res.Value)
 		}
 		ctx := xerrorContext(t, res)
-		if !strings.HasPrefix(ctx, "deadline 10 ms cannot be met: write p90 20000 us needs 4.000000 of a ticket") {
-			t.Errorf("reason %q", ctx)
+		m := cannotBeMet.FindStringSubmatch(ctx)
+		if m == nil || !strings.HasPrefix(ctx, "deadline 10 ms cannot be met: write") {
+			t.Errorf("reason %q, want %s", ctx, cannotBeMet)
+		} else if us, _ := strconv.Atoi(m[1]); us < 10000 || time.Duration(us)*time.Microsecond > time.Since(t0) {
+			t.Errorf("waited %d µs before admission: want ≥ 10000 and no more than the %v the pair took", us, time.Since(t0))
 		}
-		if n := retryAfterUS(t, res); n != 30000 {
-			t.Errorf("retry_after_us %d, want 30000 (excess 3 tickets of 1 × deadline 10 ms)", n)
+		if n := retryAfterUS(t, res); n <= 0 {
+			t.Errorf("retry_after_us %d, want > 0", n)
 		}
-		if res := free.call(reqWith(mc.OpSet, uint32(i), mc.AppendSetExtras(nil, 0, 0), "k", "v")); res.Status != mc.StatusOK {
+		if res := free.call(setReq(uint32(i))); res.Status != mc.StatusOK {
 			t.Fatalf("SET on free (no deadline): status 0x%02x %q", uint16(res.Status), res.Value)
 		}
 	}
-	res := plain.call(get("k"))
+	res, n := refusedAfterWait(t, plain, setReq, func(i uint32) *mc.Request { r := get("k"); r.Opaque = i; return r })
+	refused += n
 	m := plainRetry.FindStringSubmatch(string(res.Value))
-	if res.Status != mc.StatusTemporaryFailure || res.Datatype != 0 || m == nil || m[1] != "30000" ||
-		!strings.HasPrefix(string(res.Value), "deadline 10 ms cannot be met: read p90 20000 us") {
-		t.Fatalf("plain GET on dl: status 0x%02x datatype %d %q, want 0x86 \"deadline 10 ms cannot be met: read … retry_after_us=30000\"",
+	if res.Status != mc.StatusTemporaryFailure || res.Datatype != 0 || m == nil ||
+		!strings.HasPrefix(string(res.Value), "deadline 10 ms cannot be met: read p90 ") ||
+		!cannotBeMet.MatchString(string(res.Value)) {
+		t.Fatalf("plain GET on dl: status 0x%02x datatype %d %q, want 0x86 \"deadline 10 ms cannot be met: read p90 … retry_after_us=N\"",
 			uint16(res.Status), res.Datatype, res.Value)
 	}
 
 	admin := login(t, k.Addr, "admin", "admin-pw", "")
 	d := admin.deadlineStat("dl")
-	if d.DeadlineMS != 10 || d.DeadlinePercentile != 90 || d.Rejected != 6 || d.Expired != 0 || d.Missed != 0 ||
-		d.WritePXXUS != 20000 || d.ReadPXXUS != 20000 {
-		t.Errorf("STAT bucket_details dl: %+v, want deadline 10 ms p90, 6 rejected, pXX 20000 µs (expected, no sample)", d)
+	if d.DeadlineMS != 10 || d.DeadlinePercentile != 90 || d.Rejected != refused || d.Expired != 0 ||
+		d.WritePXXUS == 20000 || d.WritePXXUS <= 0 || d.ReadPXXUS <= 0 {
+		t.Errorf("STAT bucket_details dl: %+v, want deadline 10 ms p90, %d rejected, a learnt write pXX", d, refused)
 	}
 	if f := admin.deadlineStat("free"); f != (deadlineDetail{}) {
 		t.Errorf("STAT bucket_details free (no deadline): %+v, want all zero", f)
 	}
-	if v, err := scrapeMetric(metrics, `kvd_bucket_deadline_rejected_total{bucket="dl"}`); err != nil || v != 6 {
-		t.Errorf("kvd_bucket_deadline_rejected_total{dl} = %v (%v), want 6", v, err)
+	if v, err := scrapeMetric(metrics, `kvd_bucket_deadline_rejected_total{bucket="dl"}`); err != nil || int64(v) != refused {
+		t.Errorf("kvd_bucket_deadline_rejected_total{dl} = %v (%v), want %d", v, err, refused)
 	}
-	if v, err := scrapeMetric(metrics, `kvd_bucket_deadline_window_seconds{bucket="dl",class="write"}`); err != nil || v != 0.02 {
-		t.Errorf("kvd_bucket_deadline_window_seconds{dl,write} = %v (%v), want 0.02", v, err)
+	if v, err := scrapeMetric(metrics, `kvd_bucket_deadline_window_seconds{bucket="dl",class="write"}`); err != nil || math.Abs(v*1e6-float64(d.WritePXXUS)) >= 1 {
+		t.Errorf("kvd_bucket_deadline_window_seconds{dl,write} = %v (%v), want STAT's %d µs", v, err, d.WritePXXUS)
 	}
 	if v, err := scrapeMetric(metrics, `kvd_bucket_deadline_rejected_total{bucket="free"}`); err != nil || v != 0 {
 		t.Errorf("kvd_bucket_deadline_rejected_total{free} = %v (%v), want 0", v, err)
 	}
 
-	// A reload that takes the deadline away applies to new commands.
+	// A reload that takes the deadline (and the hard limit) away applies to
+	// new commands: the pair that was refused runs.
 	if err := os.WriteFile(k.Config, []byte(cfg(nil)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for end := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		res := x.call(reqWith(mc.OpSet, 9, mc.AppendSetExtras(nil, 0, 0), "k", "v"))
-		if res.Status == mc.StatusOK {
-			break
-		}
+	for end := time.Now().Add(15 * time.Second); admin.deadlineStat("dl").DeadlineMS != 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatalf("15 s after the config edit dl's SET is still 0x%02x %q", uint16(res.Status), res.Value)
+			t.Fatal("15 s after the config edit dl still has its deadline_ms")
 		}
 	}
-	if d := admin.deadlineStat("dl"); d.DeadlineMS != 0 {
-		t.Errorf("after the reload dl has deadline_ms %d", d.DeadlineMS)
+	x.send(setReq(500), setReq(501))
+	for range 2 {
+		if res := x.recv(); res.Status != mc.StatusOK {
+			t.Fatalf("after the reload dl's SET is 0x%02x %q", uint16(res.Status), res.Value)
+		}
 	}
 }
 

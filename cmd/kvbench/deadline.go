@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"kvd/bench"
 )
@@ -107,8 +108,9 @@ func runDeadline(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	o.Progress = func(p *bench.SweepPoint) {
-		fmt.Fprintf(stderr, "%s: offered %.0f/s, within %.1f%%, goodput %.0f/s, rejected %.1f%%\n",
-			p.Bucket, p.Offered(), 100*p.WithinFraction(), p.Goodput(), 100*p.RejectedFraction())
+		fmt.Fprintf(stderr, "%s: offered %.0f/s, within %.1f%%, goodput %.0f/s, rejected %.1f%%, client send lag p50 %.1f ms p99 %.1f ms\n",
+			p.Bucket, p.Offered(), 100*p.WithinFraction(), p.Goodput(), 100*p.RejectedFraction(),
+			ms(p.SendLag.Quantile(0.5)), ms(p.SendLag.Quantile(0.99)))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	res, err := bench.Sweep(ctx, o)
@@ -182,3 +184,6 @@ func (l *intList) Set(v string) error {
 	}
 	return nil
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
