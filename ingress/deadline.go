@@ -607,7 +607,7 @@ func rank(p, n int) int {
 // Mean returns the mean of the samples (rounded down) and true, or 0 and false while
 // the window is empty.
 func (w *Window) Mean() (time.Duration, bool) {
-	if w.n == 0 {
+	if w == nil || w.n == 0 {
 		return 0, false
 	}
 	return w.sum / time.Duration(w.n), true
