@@ -14,13 +14,14 @@
 # written next to the CSV as kvd-off.pprof).
 # A/B: a server named kvd-off-X or kvd-on-X (X a suffix of letters) runs the binary given by
 # --bin X=PATH (default the one built here) with the config fields given by --extra X='JSON fields'
-# (default --kvd-config-extra), e.g.
-#   --servers "ceiling kvd-off kvd-off-a" --bin a=/tmp/kvd-old --extra a='"item_cache_bytes": 67108864' 
+# (default --kvd-config-extra) and the bucket fields given by --bucket-extra X='JSON fields', e.g.
+#   --servers "ceiling kvd-off kvd-off-a" --bin a=/tmp/kvd-old --extra a='"item_cache_bytes": 67108864'
+#   --servers "kvd-off kvd-off-a" --bin a=/tmp/kvd-nolatency     (latency recorder off: go build -tags kvd_nolatency)
 set -euo pipefail
 
 ROUNDS=3 TIME=8s CONC="8 32 128" BIG=1 SERVERS="memcached ceiling kvd-off kvd-on"
 CSV=compare.csv MODE=memcaslap EXTRA="" CEILFLAGS="" PROFILE=0 PREBUILT=""
-declare -A BIN XTRA
+declare -A BIN XTRA BXTRA
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--smoke) ROUNDS=1 TIME=2s CONC=32 BIG=0 ;;
@@ -36,6 +37,7 @@ while [ $# -gt 0 ]; do
 	--prebuilt) PREBUILT=$(realpath "$2"); shift ;;
 	--bin) BIN[${2%%=*}]=$(realpath "${2#*=}"); shift ;;
 	--extra) XTRA[${2%%=*}]="${2#*=},"; shift ;;
+	--bucket-extra) BXTRA[${2%%=*}]=", ${2#*=}"; shift ;;
 	--rss) MODE=rss ;;
 	--fsync) MODE=fsync ;;
 	*) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
@@ -61,12 +63,12 @@ else
 		go build -o "$TMP/kvbench" ./cmd/kvbench)
 fi
 
-# kvd_config SYNC EXTRA: an anonymous bucket, throttling on (reserved 0) but not
-# binding (node capacity 10^9 units/s).
+# kvd_config SYNC EXTRA [BUCKET_EXTRA]: an anonymous bucket, throttling on
+# (reserved 0) but not binding (node capacity 10^9 units/s).
 kvd_config() {
 	cat <<EOF
 { $2 "node_capacity": 1000000000, "wal_sync": $1, "anonymous_bucket": "default",
-  "max_connections_per_bucket": 10000, "buckets": [{"name": "default", "reserved": 0}] }
+  "max_connections_per_bucket": 10000, "buckets": [{"name": "default", "reserved": 0 ${3:-}}] }
 EOF
 }
 
@@ -80,14 +82,14 @@ start() {
 	ceiling) "$TMP/ceiling" -listen "127.0.0.1:$port" $CEILFLAGS >/dev/null 2>&1 &
 		PID[$name]=$! ;;
 	kvd-*)
-		local sync=false bin=$TMP/kvd extra=$EXTRA
+		local sync=false bin=$TMP/kvd extra=$EXTRA bextra=""
 		case "$name" in kvd-on*) sync=true ;; esac
 		local sfx=${name#kvd-o[nf]*-}
 		if [ "$sfx" != "$name" ]; then
-			bin=${BIN[$sfx]:-$bin} extra=${XTRA[$sfx]:-$extra}
+			bin=${BIN[$sfx]:-$bin} extra=${XTRA[$sfx]:-$extra} bextra=${BXTRA[$sfx]:-}
 		fi
 		mkdir -p "$TMP/$name"
-		kvd_config $sync "$extra" >"$TMP/$name.json"
+		kvd_config $sync "$extra" "$bextra" >"$TMP/$name.json"
 		METRICS[$name]=127.0.0.1:$mport
 		"$bin" -listen "127.0.0.1:$port" -data-dir "$TMP/$name" -config "$TMP/$name.json" \
 			-metrics-listen "127.0.0.1:$mport" -log-level warn &
