@@ -102,7 +102,9 @@ type conn struct {
 }
 
 func newConn(s *Server, gc netConn, remote string) *conn {
-	return &conn{srv: s, gc: gc, remote: remote, usersGen: s.usersGen.Load()}
+	c := &conn{srv: s, gc: gc, remote: remote, usersGen: s.usersGen.Load()}
+	c.lat.shard = int(s.connSeq.Add(1) % latencyShards)
+	return c
 }
 
 // onTraffic collects a finished batch, serves as much input as it can, and

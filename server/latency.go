@@ -101,29 +101,47 @@ func (h *latencyHist) snapshot() (buckets map[float64]uint64, count uint64, sum 
 // latencyBound is bucket i's upper bound in seconds: 2^i µs.
 func latencyBound(i int) float64 { return float64(uint64(1)<<i) / 1e6 }
 
-// bucketLatency is one bucket's latency histograms, by kind and by command
-// class (classRead, classWrite). The zero value is ready and safe for
-// concurrent use; it belongs in the server's bucket struct by value.
+// latencyShards is how many copies of its histograms a bucket keeps.
+// Connections are numbered as they open and observe into copy number mod
+// latencyShards; gnet hands connections to its loops round-robin in the
+// same order, so with two loops each loop has its own copy and their
+// atomic adds never contend for a cache line (they cost ~2% of throughput
+// when both loops shared one: docs/performance.md). A scrape sums them.
+const latencyShards = 2
+
+// bucketLatency is one bucket's latency histograms, by shard, kind and
+// command class (classRead, classWrite). The zero value is ready and safe
+// for concurrent use.
 type bucketLatency struct {
+	shards [latencyShards]latencyShard
+}
+
+// latencyShard is one copy of a bucket's histograms, padded so that two
+// copies never share a cache line.
+type latencyShard struct {
 	h [numLatencyKinds][2]latencyHist
+	_ [64]byte
 }
 
-// observe records d in the kind's histogram of the class. class is classRead
-// or classWrite (the ingress pool the command takes its ticket from).
-func (l *bucketLatency) observe(kind latencyKind, class int, d time.Duration) {
-	l.h[kind][class].observe(d)
-}
-
-// command records a finished command: its end-to-end time, and the parts
-// of it it spent parked and queued when those are not zero (a command that
-// was never parked is not an observation of parking).
-func (l *bucketLatency) command(class int, total, parked, queued time.Duration) {
-	l.h[latencyEndToEnd][class].observe(total)
+// command records a finished command in shard: its end-to-end time, and
+// the parts of it it spent parked and queued when those are not zero (a
+// command that was never parked is not an observation of parking).
+func (l *bucketLatency) command(shard, class int, total, parked, queued time.Duration) {
+	h := &l.shards[shard%latencyShards].h
+	h[latencyEndToEnd][class].observe(total)
 	if parked > 0 {
-		l.h[latencyParked][class].observe(parked)
+		h[latencyParked][class].observe(parked)
 	}
 	if queued > 0 {
-		l.h[latencyQueued][class].observe(queued)
+		h[latencyQueued][class].observe(queued)
+	}
+}
+
+// mergeInto adds the kind's histogram of the class, over every shard, to
+// dst (which nothing observes concurrently).
+func (l *bucketLatency) mergeInto(dst *latencyHist, kind latencyKind, class int) {
+	for i := range l.shards {
+		dst.merge(&l.shards[i].h[kind][class])
 	}
 }
 
@@ -148,6 +166,7 @@ const maxPendingKept = 256
 // while growing to the longest pass (up to maxPendingKept entries it keeps).
 type latencyLog struct {
 	pending []pendingLatency
+	shard   int // the connection's copy of the bucket histograms (latencyShards)
 }
 
 // add records an answered command of the bucket whose histograms are lat.
@@ -164,7 +183,7 @@ func (l *latencyLog) written(now time.Time) {
 	nowNS := now.UnixNano()
 	for i := range l.pending {
 		p := &l.pending[i]
-		p.lat.command(p.class, time.Duration(nowNS-p.startNS), p.parked, p.queued)
+		p.lat.command(l.shard, p.class, time.Duration(nowNS-p.startNS), p.parked, p.queued)
 	}
 	clear(l.pending) // drop the bucket pointers: a deleted bucket is not kept alive
 	if cap(l.pending) > maxPendingKept {
@@ -196,7 +215,9 @@ func describeLatency(ch chan<- *prometheus.Desc) {
 func (l *bucketLatency) collect(ch chan<- prometheus.Metric, bucket string) {
 	for kind := range numLatencyKinds {
 		for class := range 2 {
-			buckets, count, sum := l.h[kind][class].snapshot()
+			var h latencyHist
+			l.mergeInto(&h, kind, class)
+			buckets, count, sum := h.snapshot()
 			if count == 0 {
 				continue
 			}

@@ -85,10 +85,11 @@ func TestLatencyCollect(t *testing.T) {
 	if got := gatherLatency(t, &l); len(got) != 0 {
 		t.Fatalf("no observations yet, but exported %v", got)
 	}
-	l.command(classRead, 3*time.Microsecond, 0, 0)
-	l.command(classRead, 10*time.Millisecond, 9*time.Millisecond, 0)
-	l.command(classRead, 2*time.Second, time.Second, 500*time.Millisecond)
-	l.command(classWrite, time.Minute, 0, 40*time.Second)
+	// Observed through both shards: a scrape sums them.
+	l.command(0, classRead, 3*time.Microsecond, 0, 0)
+	l.command(1, classRead, 10*time.Millisecond, 9*time.Millisecond, 0)
+	l.command(0, classRead, 2*time.Second, time.Second, 500*time.Millisecond)
+	l.command(1, classWrite, time.Minute, 0, 40*time.Second)
 	got := gatherLatency(t, &l)
 	for name, want := range map[string]struct {
 		count uint64
@@ -136,7 +137,7 @@ func TestLatencyObserveAllocs(t *testing.T) {
 	var l bucketLatency
 	d := 3 * time.Millisecond
 	if n := testing.AllocsPerRun(1000, func() {
-		l.command(classWrite, d, d/3, d/3)
+		l.command(0, classWrite, d, d/3, d/3)
 		d += 7 * time.Microsecond
 	}); n != 0 {
 		t.Errorf("command: %v allocations per run, want 0", n)
@@ -160,12 +161,12 @@ func TestLatencyLog(t *testing.T) {
 		count uint64
 		sumNS int64
 	}{
-		{"a read", &a.h[latencyEndToEnd][classRead], 1, 4e6},
-		{"a write", &a.h[latencyEndToEnd][classWrite], 1, 3e6},
-		{"a write parked", &a.h[latencyParked][classWrite], 1, 5e5},
-		{"a read parked", &a.h[latencyParked][classRead], 0, 0},
-		{"b read", &b.h[latencyEndToEnd][classRead], 1, 4e6},
-		{"b read queued", &b.h[latencyQueued][classRead], 1, 3e6},
+		{"a read", merged(&a, latencyEndToEnd, classRead), 1, 4e6},
+		{"a write", merged(&a, latencyEndToEnd, classWrite), 1, 3e6},
+		{"a write parked", merged(&a, latencyParked, classWrite), 1, 5e5},
+		{"a read parked", merged(&a, latencyParked, classRead), 0, 0},
+		{"b read", merged(&b, latencyEndToEnd, classRead), 1, 4e6},
+		{"b read queued", merged(&b, latencyQueued, classRead), 1, 3e6},
 	} {
 		_, count, _ := c.h.snapshot()
 		if count != c.count || c.h.sumNS.Load() != c.sumNS {
@@ -244,7 +245,7 @@ func BenchmarkLatencyCommand(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		d := ds[i&1023]
-		l.command(i&1, d, d/4, d/4)
+		l.command(0, i&1, d, d/4, d/4)
 	}
 }
 
@@ -294,8 +295,8 @@ func BenchmarkLatencyClientGolangParallel(b *testing.B) {
 func BenchmarkLatencyCollect(b *testing.B) {
 	var l bucketLatency
 	for _, d := range benchDurations() {
-		l.command(classRead, d, d, d)
-		l.command(classWrite, d, d, d)
+		l.command(0, classRead, d, d, d)
+		l.command(1, classWrite, d, d, d)
 	}
 	ch := make(chan prometheus.Metric, 8)
 	b.ReportAllocs()
@@ -305,4 +306,11 @@ func BenchmarkLatencyCollect(b *testing.B) {
 			<-ch
 		}
 	}
+}
+
+// merged is l's kind histogram of the class summed over its shards.
+func merged(l *bucketLatency, kind latencyKind, class int) *latencyHist {
+	h := new(latencyHist)
+	l.mergeInto(h, kind, class)
+	return h
 }

@@ -44,6 +44,7 @@ type Server struct {
 	conns      connSet
 	currConns  atomic.Int64
 	totalConns atomic.Int64
+	connSeq    atomic.Uint64 // connections opened, numbering them (latencyShards)
 	work       workers
 	logins     *loginGate // paces and verifies SASL attempts (login.go)
 	syncs      syncer

@@ -72,7 +72,7 @@ func (n *nodeTotals) add(b *catalog.Bucket) {
 	n.addStats(st)
 	if l := stateOf(b).lat.Load(); l != nil {
 		for class := range 2 {
-			n.lat[class].merge(&l.h[latencyEndToEnd][class])
+			l.mergeInto(&n.lat[class], latencyEndToEnd, class)
 		}
 	}
 }

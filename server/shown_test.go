@@ -71,7 +71,7 @@ func TestNodeTotalsKeepDeleted(t *testing.T) {
 	for range 7 {
 		b.Throttle().CountCommand()
 	}
-	stateOf(b).latency().command(classRead, time.Millisecond, 0, 0)
+	stateOf(b).latency().command(0, classRead, time.Millisecond, 0, 0)
 	totals := func() *nodeTotals {
 		n := new(nodeTotals)
 		for _, b := range s.cat.All() {
