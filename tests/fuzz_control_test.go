@@ -86,7 +86,7 @@ func (w *fuzzWorker) genHello() binItem {
 // ends the session after this pipeline: the connection's identity after a
 // failed login is not something the model predicts.
 func (w *fuzzWorker) genSession() binItem {
-	if w.rng.IntN(3) == 0 {
+	if w.rng.IntN(2) == 0 {
 		return w.genSelect()
 	}
 	user := pick(w.rng.IntN(3), "admin", "alice", "bob")
@@ -110,6 +110,12 @@ func (w *fuzzWorker) genSelect() binItem {
 		names = append(names, w.fz[w.rng.IntN(len(w.fz))])
 	}
 	name := names[w.rng.IntN(len(names))]
+	if w.rng.IntN(3) != 0 { // mostly a bucket the user may select, so that data commands run
+		name = map[string]string{"": "default", "alice": "app", "bob": pick(w.rng.IntN(3), "other", "scratch", "scratch")}[w.c.user]
+		if w.c.user == "admin" {
+			name = pick(w.rng.IntN(4), "default", "app", "other", names[len(names)-1])
+		}
+	}
 	exists := name != "no-such-bucket"
 	switch {
 	case !fuzzCanSelect(w.c.user, name):
@@ -219,8 +225,8 @@ func (w *fuzzWorker) genDelete(admin bool) binItem {
 	if n := len(w.fzMaybe); n > 0 && w.c.bucket != w.fzMaybe[n-1] {
 		name := w.fzMaybe[n-1]
 		w.fzMaybe = w.fzMaybe[:n-1]
-		w.model.dropBucket(name)
-		return w.oneOf(&mc.Request{Opcode: mc.OpDeleteBucket, Key: []byte(name)}, mc.StatusOK, mc.StatusKeyNotFound)
+		it := w.oneOf(&mc.Request{Opcode: mc.OpDeleteBucket, Key: []byte(name)}, mc.StatusOK, mc.StatusKeyNotFound)
+		return w.thenDrop(it, name)
 	}
 	i := slices.IndexFunc(w.fz, func(n string) bool { return n != w.c.bucket })
 	if i < 0 || w.rng.IntN(4) == 0 {
@@ -228,6 +234,16 @@ func (w *fuzzWorker) genDelete(admin bool) binItem {
 	}
 	name := w.fz[i]
 	w.fz = slices.Delete(w.fz, i, i+1)
-	w.model.dropBucket(name)
-	return w.want(&mc.Request{Opcode: mc.OpDeleteBucket, Key: []byte(name)}, mc.StatusOK, nil)
+	return w.thenDrop(w.want(&mc.Request{Opcode: mc.OpDeleteBucket, Key: []byte(name)}, mc.StatusOK, nil), name)
+}
+
+// thenDrop makes a DELETE_BUCKET item drop the bucket's model once it is
+// answered (commands before it in the pipeline are judged first).
+func (w *fuzzWorker) thenDrop(it binItem, name string) binItem {
+	check := it.check
+	it.check = func(res *mc.Response) error {
+		w.model.dropBucket(name)
+		return check(res)
+	}
+	return it
 }

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"strconv"
 
 	mc "kvd/protocol/binary"
@@ -77,6 +78,8 @@ type fuzzItem struct {
 // left there, whatever other connections send.
 type fuzzModel struct {
 	buckets map[string]map[string]*fuzzItem
+	checks   int64 // replies judged against a known state
+	refusals int64 // data commands refused (throttled, queue full or timed out)
 }
 
 func newFuzzModel() *fuzzModel { return &fuzzModel{buckets: map[string]map[string]*fuzzItem{}} }
@@ -119,7 +122,11 @@ func fuzzRefusal(st mc.Status) bool {
 // mutation and as a miss for a quiet read.
 func (m *fuzzModel) judge(op *fuzzOp, r *fuzzResult) error {
 	if r.replied && fuzzRefusal(r.status) {
+		m.refusals++
 		return nil
+	}
+	if op.key == os.Getenv("KVD_FUZZ_TRACE") {
+		println("TRACE", op.bucket, op.kind.String(), short(op.value), op.delta, r.number != nil && true, func() uint64 { if r.number != nil { return *r.number }; return 0 }(), op.expiry, op.quiet, op.cas, "replied", r.replied, "st", uint16(r.status), short(string(r.value)), "item", m.item(op.bucket, op.key).exists, short(m.item(op.bucket, op.key).value), m.item(op.bucket, op.key).unknown)
 	}
 	got := r.status
 	if !r.replied {
@@ -133,6 +140,7 @@ func (m *fuzzModel) judge(op *fuzzOp, r *fuzzResult) error {
 		m.learn(it, op, got, r)
 		return nil
 	}
+	m.checks++
 	want, next := expectFuzz(it, op)
 	if got != want {
 		return fmt.Errorf("%v %q in %s: status 0x%02x, model says 0x%02x (item exists=%v value=%q)",

@@ -88,15 +88,15 @@ func (w *fuzzWorker) textPipeline(items []textItem, abandon int) error {
 func (w *fuzzWorker) forgetText(items []textItem) {
 	for _, it := range items {
 		if it.op != nil {
-			w.model.forget(it.op.bucket, it.op.key)
+			w.retire(it.op.bucket, it.op.key)
 		}
 	}
 }
 
 // textData is a classic or meta data command on a private key.
 func (w *fuzzWorker) textData() textItem {
-	op := &fuzzOp{bucket: "default", key: fmt.Sprintf("%sk%d", w.prefix, w.rng.IntN(fuzzKeys))}
-	ctr := fmt.Sprintf("%sc%d", w.prefix, w.rng.IntN(fuzzCounters))
+	op := &fuzzOp{bucket: "default", key: w.key('k', w.rng.IntN(fuzzKeys))}
+	ctr := w.key('c', w.rng.IntN(fuzzCounters))
 	switch d := w.rng.IntN(100); {
 	case d < 25:
 		return w.textGet(op, ctr)
@@ -108,7 +108,7 @@ func (w *fuzzWorker) textData() textItem {
 	case d < 85:
 		op.kind, op.key, op.delta, op.noCreate = pick(w.rng.IntN(2), fkIncr, fkDecr), ctr, uint64(w.rng.IntN(1000)), true
 		if w.rng.IntN(6) == 0 {
-			op.key = fmt.Sprintf("%sk%d", w.prefix, w.rng.IntN(fuzzKeys))
+			op.key = w.key('k', w.rng.IntN(fuzzKeys))
 		}
 		return w.textStatus(op, fmt.Sprintf("%s %s %d\r\n", op.kind, op.key, op.delta))
 	default:
@@ -225,7 +225,7 @@ func (w *fuzzWorker) textStatus(op *fuzzOp, cmd string) textItem {
 // swallowed, and drops the key, as memcached does).
 func (w *fuzzWorker) textInvalid() textItem {
 	w.f.invalid.Add(1)
-	key := fmt.Sprintf("%sk%d", w.prefix, w.rng.IntN(fuzzKeys))
+	key := w.key('k', w.rng.IntN(fuzzKeys))
 	var cmd string
 	switch w.rng.IntN(7) {
 	case 0:

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	mc "kvd/protocol/binary"
@@ -166,16 +167,14 @@ func (w *fuzzWorker) abandon(items []binItem) {
 
 func (w *fuzzWorker) forgetItems(items []binItem) {
 	for _, it := range items {
-		if it.req.Opcode == mc.OpDeleteBucket && string(it.req.Key) == "app" || it.req.Opcode == mc.OpSASLAuth {
-			println("DEBUG forget", w.id, w.session, it.req.Opcode.String(), string(it.req.Key), string(it.req.Value), it.req.Opaque)
-		}
 		if it.op != nil {
-			w.model.forget(it.op.bucket, it.op.key)
+			w.retire(it.op.bucket, it.op.key)
 		}
-		switch it.req.Opcode {
-		case mc.OpCreateBucket, mc.OpDeleteBucket:
-			w.fzMaybe = append(w.fzMaybe, string(it.req.Key))
-			w.dropOwn(string(it.req.Key))
+		name := string(it.req.Key)
+		own := strings.HasPrefix(name, fmt.Sprintf("fz-%d-", w.id))
+		if own && (it.req.Opcode == mc.OpCreateBucket || it.req.Opcode == mc.OpDeleteBucket) {
+			w.fzMaybe = append(w.fzMaybe, name)
+			w.dropOwn(name)
 		}
 	}
 }
@@ -274,7 +273,8 @@ func (w *fuzzWorker) protocolError() error {
 	}
 	w.f.frames.Add(int64(len(items) + 1))
 	if err := w.writeSplit(append(buf, bad...)); err != nil {
-		return nil // the server may close before everything is written
+		w.abandon(items) // the server may close before everything is written
+		return nil
 	}
 	w.c.closing = !echo
 	for i := range items {
