@@ -77,7 +77,7 @@ type fuzzItem struct {
 // touches them, so every read must return what its own acknowledged writes
 // left there, whatever other connections send.
 type fuzzModel struct {
-	buckets map[string]map[string]*fuzzItem
+	buckets  map[string]map[string]*fuzzItem
 	checks   int64 // replies judged against a known state
 	refusals int64 // data commands refused (throttled, queue full or timed out)
 }
@@ -126,7 +126,12 @@ func (m *fuzzModel) judge(op *fuzzOp, r *fuzzResult) error {
 		return nil
 	}
 	if op.key == os.Getenv("KVD_FUZZ_TRACE") {
-		println("TRACE", op.bucket, op.kind.String(), short(op.value), op.delta, r.number != nil && true, func() uint64 { if r.number != nil { return *r.number }; return 0 }(), op.expiry, op.quiet, op.cas, "replied", r.replied, "st", uint16(r.status), short(string(r.value)), "item", m.item(op.bucket, op.key).exists, short(m.item(op.bucket, op.key).value), m.item(op.bucket, op.key).unknown)
+		println("TRACE", op.bucket, op.kind.String(), short(op.value), op.delta, r.number != nil && true, func() uint64 {
+			if r.number != nil {
+				return *r.number
+			}
+			return 0
+		}(), op.expiry, op.quiet, op.cas, "replied", r.replied, "st", uint16(r.status), short(string(r.value)), "item", m.item(op.bucket, op.key).exists, short(m.item(op.bucket, op.key).value), m.item(op.bucket, op.key).unknown)
 	}
 	got := r.status
 	if !r.replied {
