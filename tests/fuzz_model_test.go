@@ -107,6 +107,10 @@ func (m *fuzzModel) forget(bucket, key string) {
 // dropBucket forgets a deleted bucket's keys.
 func (m *fuzzModel) dropBucket(bucket string) { delete(m.buckets, bucket) }
 
+// fuzzTraceKey (KVD_FUZZ_TRACE) names a private key whose every judged
+// command the fuzzer prints, to replay a failure's history.
+var fuzzTraceKey = os.Getenv("KVD_FUZZ_TRACE")
+
 // fuzzRefusal reports statuses that mean "not executed": throttling,
 // admission and memory refusals. The model does not change.
 func fuzzRefusal(st mc.Status) bool {
@@ -121,17 +125,14 @@ func fuzzRefusal(st mc.Status) bool {
 // op's effect. A command that got no reply counts as a success for a quiet
 // mutation and as a miss for a quiet read.
 func (m *fuzzModel) judge(op *fuzzOp, r *fuzzResult) error {
+	if op.key == fuzzTraceKey {
+		it := m.item(op.bucket, op.key)
+		fmt.Fprintf(os.Stderr, "trace %s %q: %v value=%q cas=%d expiry=%d delta=%d quiet=%v -> replied=%v status=0x%02x value=%q; model exists=%v value=%q unknown=%v\n",
+			op.bucket, op.key, op.kind, short(op.value), op.cas, op.expiry, op.delta, op.quiet, r.replied, uint16(r.status), short(string(r.value)), it.exists, short(it.value), it.unknown)
+	}
 	if r.replied && fuzzRefusal(r.status) {
 		m.refusals++
 		return nil
-	}
-	if op.key == os.Getenv("KVD_FUZZ_TRACE") {
-		println("TRACE", op.bucket, op.kind.String(), short(op.value), op.delta, r.number != nil && true, func() uint64 {
-			if r.number != nil {
-				return *r.number
-			}
-			return 0
-		}(), op.expiry, op.quiet, op.cas, "replied", r.replied, "st", uint16(r.status), short(string(r.value)), "item", m.item(op.bucket, op.key).exists, short(m.item(op.bucket, op.key).value), m.item(op.bucket, op.key).unknown)
 	}
 	got := r.status
 	if !r.replied {

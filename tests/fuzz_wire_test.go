@@ -35,6 +35,7 @@ type fuzzConn struct {
 	units    bool
 	ending   bool // a command whose aftermath the model does not predict was sent
 	closing  bool // a bad magic follows: the server may close without a reply
+	bound    bool // bytes were sent: the connection's protocol is decided
 	opaque   uint32
 	peeked   *mc.Response
 }
@@ -229,6 +230,7 @@ func (w *fuzzWorker) writeSplit(buf []byte) error {
 			return fmt.Errorf("write: %w", err)
 		}
 		buf = buf[n:]
+		w.c.bound = w.c.bound || n > 0
 		if p > 1 {
 			time.Sleep(time.Duration(w.rng.IntN(2000)) * time.Microsecond)
 		}
@@ -247,6 +249,11 @@ func (w *fuzzWorker) protocolError() error {
 	cut := w.rng.IntN(len(items))
 	w.forgetItems(items[cut:]) // generated, never sent
 	items = items[:cut]
+	if len(items) == 0 && !w.c.bound {
+		// The first byte decides the protocol: a connection that starts
+		// with a bad magic is a text connection. Bind it to binary first.
+		items = []binItem{w.want(&mc.Request{Opcode: mc.OpNoop}, mc.StatusOK, nil)}
+	}
 	w.c.opaque++
 	opaque, op := w.c.opaque, mc.Opcode(w.rng.IntN(0x30))
 	var bad []byte
