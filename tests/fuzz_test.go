@@ -1,7 +1,7 @@
 package tests
 
 // TestFuzzConnections is a structured, seeded fuzzer against the real kvd:
-// several workers, each on its own loopback source address, open
+// several workers, each from loopback source addresses of its own, open
 // connections one after another (binary, or text: the first byte decides)
 // and send random pipelines of valid commands, well-framed invalid ones,
 // protocol errors, garbage, and disconnects mid-frame and mid-pipeline.
@@ -101,7 +101,6 @@ type fuzzWorker struct {
 	rng     *rand.Rand
 	model   *fuzzModel
 	prefix  string
-	ip      net.IP
 	c       fuzzConn
 	fz      []string // buckets this worker created and has not deleted
 	fzMaybe []string // buckets whose CREATE or DELETE went unanswered
@@ -123,7 +122,7 @@ func TestFuzzConnections(t *testing.T) {
 	ws := make([]*fuzzWorker, workers)
 	for i := range ws {
 		ws[i] = &fuzzWorker{f: f, id: i, rng: rand.New(rand.NewPCG(f.seed, uint64(i))), model: newFuzzModel(),
-			prefix: fmt.Sprintf("w%d.", i), ip: net.IPv4(127, 0, 1, byte(10+i))}
+			prefix: fmt.Sprintf("w%d.", i)}
 		wg.Go(ws[i].run)
 	}
 	wg.Go(func() { f.control(pid) })
@@ -168,11 +167,14 @@ func (w *fuzzWorker) run() {
 	}
 }
 
-// dial opens the worker's next connection from its own source address, so
-// that the login pacing of one worker's wrong passwords does not slow the
-// others.
+// dial opens the worker's next connection from a source address of its
+// own.
 func (w *fuzzWorker) dial(text bool) error {
-	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: w.ip}}
+	// kvd paces logins per remote address and forgets failures only after
+	// a minute without one, so one address per session keeps a worker's
+	// wrong passwords from slowing all its later logins.
+	ip := net.IPv4(127, byte(1+w.id), byte(w.session/250%250), byte(1+w.session%250))
+	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: ip}}
 	nc, err := d.Dial("tcp", w.f.k.Addr)
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
