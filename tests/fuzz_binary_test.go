@@ -210,8 +210,9 @@ func (w *fuzzWorker) judgeBinary(op *fuzzOp, res *mc.Response) error {
 				return fmt.Errorf("%v answered %d value bytes, want 8", res.Opcode, len(res.Value))
 			}
 		}
-		if (res.Opcode == mc.OpGetK || res.Opcode == mc.OpGetKQ) && string(res.Key) != op.key {
-			return fmt.Errorf("%v echoed key %q, want %q", res.Opcode, res.Key, op.key)
+		getk := res.Opcode == mc.OpGetK || res.Opcode == mc.OpGetKQ
+		if getk && (res.Status == mc.StatusOK || res.Status == mc.StatusKeyNotFound) && string(res.Key) != op.key {
+			return fmt.Errorf("%v echoed key %q, want %q: %s", res.Opcode, res.Key, op.key, describeMaybe(res))
 		}
 	}
 	return w.model.judge(op, &r)

@@ -75,6 +75,9 @@ type fuzzRun struct {
 	stop     atomic.Bool
 	failOnce sync.Mutex
 	failures int
+	// keepGoing (KVD_FUZZ_KEEP_GOING=1) runs to the end after a failure:
+	// the failing worker starts over with fresh keys.
+	keepGoing bool
 
 	conns, textConns, pipelines, frames, textCmds, invalid, replies, checked atomic.Int64
 	disconnects, serverCloses, flushes, garbage, controlCalls                atomic.Int64
@@ -85,10 +88,12 @@ func (f *fuzzRun) stopped() bool { return f.stop.Load() || time.Now().After(f.de
 
 // fail reports a worker's failure (the first few in full) and stops the run.
 func (f *fuzzRun) fail(format string, args ...any) {
-	f.stop.Store(true)
+	if !f.keepGoing {
+		f.stop.Store(true)
+	}
 	f.failOnce.Lock()
 	defer f.failOnce.Unlock()
-	if f.failures++; f.failures <= 5 {
+	if f.failures++; f.failures <= 20 {
 		f.t.Errorf("seed %d: %s", f.seed, fmt.Sprintf(format, args...))
 	}
 }
@@ -112,7 +117,7 @@ type fuzzWorker struct {
 
 func TestFuzzConnections(t *testing.T) {
 	t.Parallel()
-	f := &fuzzRun{t: t, seed: fuzzEnvSeed(t)}
+	f := &fuzzRun{t: t, seed: fuzzEnvSeed(t), keepGoing: os.Getenv("KVD_FUZZ_KEEP_GOING") == "1"}
 	dur, workers := fuzzEnvDuration(t), fuzzEnvInt(t, "KVD_FUZZ_CONNS", 6)
 	t.Logf("fuzz seed %d, %v, %d workers; replay with KVD_FUZZ_SEED=%d", f.seed, dur, workers, f.seed)
 	f.k = startKVD(t, fuzzConfig)
@@ -162,7 +167,10 @@ func (w *fuzzWorker) run() {
 			w.f.fail("worker %d session %d (%s, user %q, bucket %q): %v\nlast bytes written (%d): % x",
 				w.id, w.session, map[bool]string{true: "text", false: "binary"}[w.c.text], w.c.user, w.c.bucket, err,
 				len(w.last), w.last[:min(len(w.last), 512)])
-			return
+			if !w.f.keepGoing {
+				return
+			}
+			w.model, w.prefix, w.fz, w.fzMaybe = newFuzzModel(), fmt.Sprintf("w%d.s%d.", w.id, w.session), nil, nil
 		}
 	}
 }
