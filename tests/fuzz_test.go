@@ -120,7 +120,15 @@ func TestFuzzConnections(t *testing.T) {
 	f := &fuzzRun{t: t, seed: fuzzEnvSeed(t), keepGoing: os.Getenv("KVD_FUZZ_KEEP_GOING") == "1"}
 	dur, workers := fuzzEnvDuration(t), fuzzEnvInt(t, "KVD_FUZZ_CONNS", 6)
 	t.Logf("fuzz seed %d, %v, %d workers; replay with KVD_FUZZ_SEED=%d", f.seed, dur, workers, f.seed)
-	f.k = startKVD(t, fuzzConfig)
+	cfg := fuzzConfig
+	if v := os.Getenv("KVD_FUZZ_ITEM_CACHE"); v != "" { // item_cache_bytes, e.g. -1 to run without the cache
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("KVD_FUZZ_ITEM_CACHE=%q: %v", v, err)
+		}
+		cfg = configWith(t, cfg, map[string]any{"item_cache_bytes": n})
+	}
+	f.k = startKVD(t, cfg)
 	pid := f.k.cmd.Process.Pid
 	f.deadline = time.Now().Add(dur)
 	var wg sync.WaitGroup
