@@ -74,8 +74,15 @@ func (w *fuzzWorker) textPipeline(items []textItem, abandon int) error {
 	}
 	for i, it := range items {
 		if i == abandon {
+			// A noreply command has no reply to prove it ran: those just
+			// before the abandon point may still be unread by the server
+			// when the connection closes, and are as unanswered as the rest.
+			j := i
+			for j > 0 && items[j-1].op != nil && items[j-1].op.quiet {
+				j--
+			}
 			w.f.disconnects.Add(1)
-			w.forgetText(items[i:])
+			w.forgetText(items[j:])
 			return nil
 		}
 		if err := it.read(); err != nil {
