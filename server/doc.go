@@ -62,8 +62,16 @@
 // and reload.go hold the options, their reload, and how a reload reaches
 // open connections (revocation). cluster.go is the server's side of cluster
 // mode (Options.Cluster): users that arrive from etcd, STAT cluster and the
-// cluster's metrics; the catalog does the rest. login.go verifies passwords
-// on a small pool of its own, paced per remote address.
+// cluster's metrics; the catalog does the rest.
+//
+// Two concerns run beside every command. latency.go records each answered
+// command's end-to-end time (and its parked and queued parts) after the
+// pass's write, in per-bucket histograms kept one copy per loop. flow.go
+// (with flow_linux.go) bounds network memory: each pass reports the
+// connection's unread input and unsent output into a node-wide total;
+// past max_buffer_bytes the largest holders stop being read, a connection
+// whose unsent replies pass its cap stops decoding until they drain, and
+// the largest holder is closed only as the last resort.
 //
 // A GET of a resident item: conn.go (serve, handle, precheck) → admit.go
 // (admit, checkThrottle, runOrCollect, serveResident) → reply.go
