@@ -22,7 +22,7 @@ package tests
 // CI runs it for KVD_FUZZ_DURATION (default 20 s, 5 s with -short) with a
 // seed from the clock, printed so that a failure can be replayed:
 //
-//	KVD_FUZZ_SEED=1234 KVD_FUZZ_DURATION=10m KVD_FUZZ_CONNS=8 go test ./tests -run TestFuzzConnections -v
+//	KVD_FUZZ_SEED=1234 KVD_FUZZ_DURATION=10m KVD_FUZZ_CONNS=8 go test ./tests -timeout 30m -run TestFuzzConnections -v
 //
 // Each worker's command stream is a function of the seed and its number;
 // timing between workers is not, so a replay reproduces a worker's frames,
@@ -119,6 +119,10 @@ func TestFuzzConnections(t *testing.T) {
 	t.Parallel()
 	f := &fuzzRun{t: t, seed: fuzzEnvSeed(t), keepGoing: os.Getenv("KVD_FUZZ_KEEP_GOING") == "1"}
 	dur, workers := fuzzEnvDuration(t), fuzzEnvInt(t, "KVD_FUZZ_CONNS", 6)
+	if end, ok := t.Deadline(); ok && time.Until(end) < dur+30*time.Second {
+		t.Fatalf("KVD_FUZZ_DURATION %v does not fit in go test's -timeout (%v left): pass -timeout %v or more",
+			dur, time.Until(end).Round(time.Second), (dur + 5*time.Minute).Round(time.Minute))
+	}
 	t.Logf("fuzz seed %d, %v, %d workers; replay with KVD_FUZZ_SEED=%d", f.seed, dur, workers, f.seed)
 	cfg := fuzzConfig
 	if v := os.Getenv("KVD_FUZZ_ITEM_CACHE"); v != "" { // item_cache_bytes, e.g. -1 to run without the cache
@@ -338,7 +342,7 @@ func (f *fuzzRun) control(pid int) {
 		if time.Since(lastSample) >= 10*time.Second {
 			lastSample = time.Now()
 			s := procStatus(pid)
-			f.t.Logf("kvd at %v: VmRSS %d KiB, VmHWM %d KiB, %d connections, %d frames so far",
+			f.t.Logf("kvd, %v to go: VmRSS %d KiB, VmHWM %d KiB, %d connections, %d frames so far",
 				time.Until(f.deadline).Round(time.Second), s["VmRSS"], s["VmHWM"], f.conns.Load(), f.frames.Load())
 		}
 		time.Sleep(100 * time.Millisecond)
