@@ -55,6 +55,10 @@ func (ic *inputClock) arrived(buffered int, now time.Time) {
 	ic.n++
 }
 
+// grew reports whether the input holds bytes the previous pass did not
+// leave: only then does arrived need the time.
+func (ic *inputClock) grew(buffered int) bool { return buffered > ic.left }
+
 // passed notes, at the end of a pass, how many bytes the pass left in the
 // input.
 func (ic *inputClock) passed(buffered int) { ic.left = buffered }

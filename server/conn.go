@@ -119,7 +119,9 @@ func (c *conn) onTraffic() gnet.Action {
 		return gnet.Close
 	}
 	c.stopped = false
-	c.in.arrived(c.gc.InboundBuffered(), c.srv.opts.Now())
+	if in := c.gc.InboundBuffered(); c.in.grew(in) { // a wake after a batch brings no input
+		c.in.arrived(in, c.srv.opts.Now())
+	}
 	action := c.serve()
 	c.in.passed(c.gc.InboundBuffered())
 	if len(c.out) > 0 {

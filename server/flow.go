@@ -5,7 +5,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,8 +66,8 @@ const (
 	pausedMemory                   // the node over max_buffer_bytes
 )
 
-// flow is the node's view of network memory. Its counters are atomics; the
-// set of paused connections is guarded by mu.
+// flow is the node's view of network memory: atomic counters and the set
+// of paused connections.
 type flow struct {
 	held        atomic.Int64 // bytes held by all connections, as last accounted
 	peak        atomic.Int64 // highest held since the last FreeOSMemory
@@ -77,34 +76,22 @@ type flow struct {
 	outPauses   atomic.Int64 // of those, for max_conn_output
 	closed      atomic.Int64 // connections closed for memory (budget or MaxConnBuffer)
 
-	mu     sync.Mutex
-	paused map[*conn]struct{} // guarded by mu: connections with paused != 0
+	paused connSet // connections with paused != 0
 
 	overSince, lastClose, lastFree time.Time // housekeeping's own
 }
 
+// watch adds c to the paused set (on) or takes it out.
 func (f *flow) watch(c *conn, on bool) {
-	f.mu.Lock()
 	if on {
-		if f.paused == nil {
-			f.paused = make(map[*conn]struct{})
-		}
-		f.paused[c] = struct{}{}
+		f.paused.add(c)
 	} else {
-		delete(f.paused, c)
+		f.paused.remove(c)
 	}
-	f.mu.Unlock()
 }
 
-func (f *flow) snapshot() []*conn {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]*conn, 0, len(f.paused))
-	for c := range f.paused {
-		out = append(out, c)
-	}
-	return out
-}
+// snapshot returns the paused connections.
+func (f *flow) snapshot() []*conn { return f.paused.snapshot() }
 
 // account publishes what the connection holds after a pass and decides its
 // pauses. It returns gnet.Close past the hard per-connection limit.
@@ -112,11 +99,16 @@ func (c *conn) account() gnet.Action {
 	s := c.srv
 	in, out := c.gc.InboundBuffered(), c.gc.OutboundBuffered()
 	held := int64(in + out)
-	total := s.flow.held.Add(held - c.held)
-	c.held = held
-	c.heldPub.Store(held)
-	if total > s.flow.peak.Load() {
-		s.flow.peak.Store(total)
+	var total int64
+	if held == c.held { // most passes: no write to the node-wide counters the loops share
+		total = s.flow.held.Load()
+	} else {
+		total = s.flow.held.Add(held - c.held)
+		c.held = held
+		c.heldPub.Store(held)
+		if total > s.flow.peak.Load() {
+			s.flow.peak.Store(total)
+		}
 	}
 	if limit := s.opts.MaxConnBuffer; in > limit || out > limit {
 		s.flow.closed.Add(1)

@@ -122,7 +122,7 @@ func (w *fuzzWorker) genData(touched map[string]bool) binItem {
 		req.Opcode, req.Extras = mc.OpTouch, mc.AppendUint32(nil, op.expiry)
 	}
 	if req.Opcode.IsQuiet() && !quietOK {
-		req.Opcode = loudOf(req.Opcode)
+		req.Opcode = req.Opcode.NonQuiet()
 	}
 	op.quiet = req.Opcode.IsQuiet()
 	req.Key = []byte(op.key)
@@ -157,7 +157,7 @@ func (w *fuzzWorker) genStore(op *fuzzOp, req *mc.Request, touched map[string]bo
 		}
 	}
 	quiet := []mc.Opcode{mc.OpSetQ, mc.OpAddQ, mc.OpReplaceQ}[min(int(op.kind-fkSet), 2)]
-	loud := loudOf(quiet)
+	loud := quiet.NonQuiet()
 	req.Opcode, req.CAS = pick(w.rng.IntN(2), loud, quiet), op.cas
 	req.Extras, req.Value = mc.AppendSetExtras(nil, uint32(w.rng.IntN(3)), op.expiry), []byte(op.value)
 }
@@ -343,35 +343,6 @@ func describeMaybe(res *mc.Response) string {
 		return "no reply"
 	}
 	return describeReplies([]*mc.Response{res})
-}
-
-// loudOf is the non-quiet twin of a quiet opcode.
-func loudOf(op mc.Opcode) mc.Opcode {
-	switch op {
-	case mc.OpGetQ:
-		return mc.OpGet
-	case mc.OpGetKQ:
-		return mc.OpGetK
-	case mc.OpSetQ:
-		return mc.OpSet
-	case mc.OpAddQ:
-		return mc.OpAdd
-	case mc.OpReplaceQ:
-		return mc.OpReplace
-	case mc.OpDeleteQ:
-		return mc.OpDelete
-	case mc.OpIncrementQ:
-		return mc.OpIncrement
-	case mc.OpDecrementQ:
-		return mc.OpDecrement
-	case mc.OpAppendQ:
-		return mc.OpAppend
-	case mc.OpPrependQ:
-		return mc.OpPrepend
-	case mc.OpGATQ:
-		return mc.OpGAT
-	}
-	return op
 }
 
 func pick[T any](i int, xs ...T) T { return xs[i] }
