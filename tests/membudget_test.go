@@ -56,13 +56,15 @@ func TestNetworkMemoryBudget(t *testing.T) {
 		load = memLoad{stallers: 500, readers: 50, frameBody: 20 << 20, hold: 10 * time.Second, after: 60 * time.Second}
 	}
 	const budget = 64 << 20
+	metrics := freeAddr(t)
 	k := startKVD(t, configWith(t, `{"anonymous_bucket": "default", "buckets": [{"name": "default"}]}`,
-		map[string]any{"max_buffer_bytes": budget, "idle_timeout_ms": 120000}))
+		map[string]any{"max_buffer_bytes": budget, "idle_timeout_ms": 120000}), "--metrics-listen", metrics)
 	got := runMemLoad(t, k.Addr, k.cmd.Process.Pid, load, func() bool { return k.Alive() })
 	t.Logf("kvd (max_buffer_bytes %d MiB): %v", budget>>20, got)
+	memPauses, outPauses := generalStat(t, k.Addr, "conn_pauses_memory"), generalStat(t, k.Addr, "conn_pauses_output")
 	t.Logf("kvd STAT: buffer_bytes %d, conn_pauses_memory %d, conn_pauses_output %d, conns_closed_memory %d",
-		generalStat(t, k.Addr, "buffer_bytes"), generalStat(t, k.Addr, "conn_pauses_memory"),
-		generalStat(t, k.Addr, "conn_pauses_output"), generalStat(t, k.Addr, "conns_closed_memory"))
+		generalStat(t, k.Addr, "buffer_bytes"), memPauses, outPauses, generalStat(t, k.Addr, "conns_closed_memory"))
+	checkMemoryMetrics(t, scrapeAll(t, metrics), budget, memPauses, outPauses)
 	if limitKB := (budget + 256<<20) >> 10; got.peakKB > limitKB {
 		t.Errorf("kvd RSS peaked at %d MiB, over the budget + 256 MiB (%d MiB)", got.peakKB>>10, limitKB>>10)
 	}
@@ -75,6 +77,29 @@ func TestNetworkMemoryBudget(t *testing.T) {
 		got := runMemLoad(t, addr, memcachedPid(t, addr), load, func() bool { return true })
 		t.Logf("memcached (-m 256 -I 2m): %v", got)
 	})
+}
+
+// checkMemoryMetrics: /metrics shows the budget, and the pauses the load
+// caused, as STAT counted them.
+func checkMemoryMetrics(t *testing.T, page string, budget int, memPauses, outPauses int64) {
+	t.Helper()
+	if memPauses+outPauses == 0 {
+		t.Errorf("the load paused no connection (conn_pauses_memory and conn_pauses_output 0)")
+	}
+	for series, want := range map[string]float64{
+		`kvd_buffer_bytes{state="limit"}`:              float64(budget),
+		`kvd_connection_pauses_total{reason="memory"}`: float64(memPauses),
+		`kvd_connection_pauses_total{reason="output"}`: float64(outPauses),
+	} {
+		if got, ok := sample(page, series); !ok || got != want {
+			t.Errorf("%s = %v (found %v), want %v", series, got, ok, want)
+		}
+	}
+	for _, series := range []string{`kvd_buffer_bytes{state="held"}`, "kvd_connections_paused", "kvd_connections_closed_memory_total"} {
+		if _, ok := sample(page, series); !ok {
+			t.Errorf("/metrics has no %s", series)
+		}
+	}
 }
 
 // memcachedPid finds the memcached process listening on addr's port.

@@ -218,3 +218,52 @@ func checkBoundedDetails(t *testing.T, k *kvd, total int, active string) {
 		t.Errorf("bucket_details s0000003: got %+v", b)
 	}
 }
+
+// TestMetricsBucketLimit: with metrics_bucket_limit 2 and five buckets,
+// /metrics carries per-bucket series only for the one bucket with activity
+// (kvd_buckets_exported says how many), the node totals count its commands
+// and latency, STAT bucket_details names what it left out, and
+// "bucket_details *" still lists every bucket.
+func TestMetricsBucketLimit(t *testing.T) {
+	metrics := freeAddr(t)
+	cfg := strings.Replace(scaleConfig(0, 5), `{"buckets"`, `{"metrics_bucket_limit": 2, "buckets"`, 1)
+	k := startKVD(t, cfg, "--metrics-listen", metrics)
+	useOneBucket(t, k, "s0000002")
+	page := scrapeAll(t, metrics)
+	for series, want := range map[string]float64{"kvd_buckets": 5, "kvd_buckets_exported": 1} {
+		if got, ok := sample(page, series); !ok || got != want {
+			t.Errorf("%s = %v (found %v), want %v", series, got, ok, want)
+		}
+	}
+	if b := bucketsWithSeries(page); b != 1 || !strings.Contains(page, `kvd_bucket_commands_total{bucket="s0000002"}`) {
+		t.Errorf("%d buckets with series, want only the active s0000002", b)
+	}
+	// A command's latency is observed just after its reply is written: the
+	// last SET's may trail its reply by a moment.
+	const lat = `kvd_node_command_latency_seconds_count{class="write"}`
+	got, ok := sample(page, lat)
+	for deadline := time.Now().Add(2 * time.Second); got < 20 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		got, ok = sample(scrapeAll(t, metrics), lat)
+	}
+	if !ok || got < 20 {
+		t.Errorf("%s = %v (found %v), want ≥ 20", lat, got, ok)
+	}
+	admin := login(t, k.Addr, "admin", "admin-pw", "")
+	doc := admin.statGroup("bucket_details")["bucket_details"]
+	if !strings.Contains(doc, `"buckets_total":5`) || !strings.Contains(doc, `"buckets_omitted":4`) {
+		t.Errorf("STAT bucket_details: want buckets_total 5 and buckets_omitted 4: %.400s", doc)
+	}
+	all := admin.statGroup("bucket_details *")
+	t.Logf("bucket_details *: %.200s", all)
+	for i := range 5 {
+		name := fmt.Sprintf("s%07d", i)
+		found := false
+		for _, v := range all {
+			found = found || strings.Contains(v, `"name":"`+name+`"`)
+		}
+		if !found {
+			t.Errorf("STAT bucket_details * lacks %s", name)
+		}
+	}
+}
