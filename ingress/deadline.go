@@ -29,6 +29,11 @@ import (
 // the percentile overstates the queue by pXX ÷ mean, which for synced writes under
 // group commit was about 8 at p90 (docs/deadline-admission.md) and refused a large
 // share of the commands at half the capacity.
+//
+// The mean charged is of the time commands hold their tickets, which is what the
+// pool's capacity is spent on. A synced write gives its ticket back at commit, before
+// the fsync it shares with other commands (Returned), and its demand leaves the
+// ledger then; its pXX, from ticket to reply, still includes the fsync.
 
 // Micro is the unit of demand: one millionth of a ticket.
 const Micro = 1_000_000
@@ -131,7 +136,9 @@ type Grant struct {
 	accepted int64         // refused grants: the ledger Admit saw, for the reason
 	pool     Pool
 	pct      uint8 // the percentile pxx is
-	held     bool  // demand was taken from the ledger: Done or Expire gives it back
+	held     bool  // counted in flight (and its demand taken): Done, Expire or Release ends it
+	ledger   bool  // its demand is still on the ledger (Returned gives it back early)
+	returned bool  // its ticket went back before its reply (Returned)
 	alone    bool  // admitted as its bucket's only command of its class in flight
 }
 
@@ -264,7 +271,46 @@ type classWindow struct {
 
 	mu       sync.Mutex    // guards the fields below
 	win      *Window       // nil until the class's first sample: 4 KiB a bucket never used does not pay
+	hold     *holdTimes    // ticket times, nil until the first
 	expected time.Duration // expected_execution_us
+}
+
+// holdTimes are the last WindowSize times commands held their tickets (granted →
+// returned), with their sum: the mean a command's demand is charged on. For most
+// commands that is their execution time; a synced write returns its ticket before
+// the fsync it shares with others, and the queue for tickets drains at this pace,
+// not at the pace of replies.
+type holdTimes struct {
+	ring [WindowSize]time.Duration
+	n    int
+	next int
+	sum  time.Duration
+}
+
+// addHold records one ticket time. c.mu must be held.
+func (c *classWindow) addHold(d time.Duration) {
+	h := c.hold
+	if h == nil {
+		h = new(holdTimes)
+		c.hold = h
+	}
+	d = min(max(d, 0), maxExec)
+	if h.n == WindowSize {
+		h.sum -= h.ring[h.next]
+	} else {
+		h.n++
+	}
+	h.ring[h.next] = d
+	h.sum += d
+	h.next = (h.next + 1) % WindowSize
+}
+
+// holdMean is the mean ticket time, false without samples. c.mu must be held.
+func (c *classWindow) holdMean() (time.Duration, bool) {
+	if c.hold == nil || c.hold.n == 0 {
+		return 0, false
+	}
+	return c.hold.sum / time.Duration(c.hold.n), true
 }
 
 // NewBucketDeadline returns a bucket's gate charging g, with settings s (validated).
@@ -316,9 +362,15 @@ const maxExec = time.Hour
 // bucket's current deadline and percentile. c.mu must be held.
 func (b *BucketDeadline) refreshLocked(c *classWindow) {
 	pxx, ok := c.win.Percentile(int(b.percentile.Load()))
-	mean, _ := c.win.Mean()
+	mean, held := c.holdMean()
+	if !held {
+		mean, _ = c.win.Mean()
+	}
 	if !ok {
-		pxx, mean = c.expected, c.expected
+		pxx = c.expected
+		if !held {
+			mean = c.expected
+		}
 	}
 	c.pxx.Store(int64(min(pxx, maxExec)))
 	d := b.deadline.Load()
@@ -368,13 +420,13 @@ func (b *BucketDeadline) Admit(class Pool, capacity int, arrival, now time.Time)
 	waited := max(now.Sub(arrival), 0)
 	if int64(waited) < d && c.inflight.Load() == 0 && c.inflight.CompareAndSwap(0, 1) {
 		b.gate.add(class, g.demand)
-		g.held, g.alone = true, true
+		g.held, g.ledger, g.alone = true, true, true
 		return g, true, 0
 	}
 	seen, ok := b.gate.take(class, g.demand, limitAhead(waited, g.pxx, d, capacity))
 	if ok {
 		c.inflight.Add(1)
-		g.held = true
+		g.held, g.ledger = true, true
 		return g, true, 0
 	}
 	b.rejected.Add(1)
@@ -437,8 +489,30 @@ func (b *BucketDeadline) Done(g Grant, exec time.Duration, success bool, now tim
 		c.win = new(Window)
 	}
 	c.win.Add(exec)
+	if !g.returned {
+		c.addHold(exec) // it held its ticket until its reply
+	}
 	b.refreshLocked(c)
 	c.mu.Unlock()
+}
+
+// Returned is told that an admitted command gave its ticket back before its reply
+// was ready, after holding it for held (a synced write, whose ticket returns at
+// commit while it waits for the fsync that many commands share). Its demand leaves
+// the ledger now, since the pool can serve the next command, and held is a sample of
+// the ticket time demand is charged on; the command stays in flight until Done.
+// Returned returns the Grant to give to Done (or Expire, or Release) later.
+func (b *BucketDeadline) Returned(g Grant, held time.Duration) Grant {
+	if !g.ledger || g.pool >= numPools {
+		return g
+	}
+	b.gate.release(g.pool, g.demand)
+	g.ledger, g.returned = false, true
+	c := &b.classes[g.pool]
+	c.mu.Lock()
+	c.addHold(held)
+	c.mu.Unlock()
+	return g
 }
 
 // Expire ends an admitted command that will not run because its deadline passed while
@@ -455,7 +529,9 @@ func (b *BucketDeadline) Release(g Grant) {
 	if !g.held || g.pool >= numPools {
 		return
 	}
-	b.gate.release(g.pool, g.demand)
+	if g.ledger {
+		b.gate.release(g.pool, g.demand)
+	}
 	c := &b.classes[g.pool]
 	for {
 		n := c.inflight.Load()

@@ -525,3 +525,46 @@ func TestDemandOf(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlineReturnedTicket: a synced write gives its ticket back at commit
+// (Returned) and its reply comes after the shared fsync (Done). Its demand leaves
+// the ledger at Returned, Done gives nothing back twice, the window (pXX) holds
+// ticket → reply, and the demand is charged on the ticket time alone.
+func TestDeadlineReturnedTicket(t *testing.T) {
+	var g DeadlineGate
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 90, ExpectedExecution: time.Millisecond})
+	for range WindowSize {
+		gr, ok, _ := b.Admit(Write, 4, dt0, dt0)
+		if !ok {
+			t.Fatal("refused on an empty pool")
+		}
+		gr = b.Returned(gr, 200*time.Microsecond)
+		if a := g.Accepted(Write); a != 0 {
+			t.Fatalf("ledger %d after Returned, want 0", a)
+		}
+		if again := b.Returned(gr, time.Second); again != gr {
+			t.Fatal("a second Returned changed the grant")
+		}
+		b.Done(gr, 3*time.Millisecond, true, dt0)
+	}
+	if a, s := g.Accepted(Write), g.StaleReleases(); a != 0 || s != 0 {
+		t.Fatalf("ledger %d, stale releases %d after Done, want 0 and 0", a, s)
+	}
+	st := b.Stats()
+	if st.WritePXX != 3*time.Millisecond {
+		t.Fatalf("p90 %v, want the ticket → reply time 3ms", st.WritePXX)
+	}
+	gr, ok, _ := b.Admit(Write, 4, dt0, dt0)
+	if !ok || gr.Demand() != 4_000 {
+		t.Fatalf("demand %d (ok=%v), want 4000: 200 µs of ticket ÷ 50 ms", gr.Demand(), ok)
+	}
+	b.Release(gr)
+	// A command that keeps its ticket to its reply charges its whole execution.
+	var g2 DeadlineGate
+	b2 := newDeadlineBucket(t, &g2, DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 90, ExpectedExecution: time.Millisecond})
+	gr, _, _ = b2.Admit(Write, 4, dt0, dt0)
+	b2.Done(gr, 5*time.Millisecond, true, dt0)
+	if gr, _, _ = b2.Admit(Write, 4, dt0, dt0); gr.Demand() != 100_000 {
+		t.Fatalf("demand %d, want 100000: 5 ms ÷ 50 ms", gr.Demand())
+	}
+}

@@ -138,7 +138,11 @@ func endDeadline(r *request, now time.Time) {
 		return
 	}
 	ok := r.status != binary.StatusInternal && r.status != binary.StatusTemporaryFailure
-	r.dl.Done(r.grant, now.Sub(r.ticket.AcquiredAt()), ok, now)
+	at := r.granted
+	if r.ticket.Valid() {
+		at = r.ticket.AcquiredAt()
+	}
+	r.dl.Done(r.grant, now.Sub(at), ok, now)
 	r.dl, r.grant = nil, ingress.Grant{}
 }
 

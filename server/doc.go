@@ -78,7 +78,7 @@
 // (appendMetered) → conn.go (one write). A synced SET: conn.go → admit.go
 // (admit, collectReq) → conn.go (dispatch) → worker.go (submit, run,
 // execBatch, exec, meter) → syncer.go (deferSync, syncLoop: SyncWAL,
-// ackBatch, releaseTickets) → reply.go (appendResult) → conn.go (finish,
+// ackBatch, releaseTickets; deferSync returns a small group's tickets at commit) → reply.go (appendResult) → conn.go (finish,
 // then collectDone and the write on the loop).
 //
 // # Invariants

@@ -40,6 +40,7 @@ type request struct {
 	start     time.Time      // its frame complete (before any parking)
 	queuedAt  time.Time      // when it joined the ticket queue
 	queued    time.Duration  // how long it waited for a ticket
+	granted   time.Time      // when it got its ticket, kept if the ticket goes back before its reply
 
 	// Its deadline grant (with dl, its bucket's gate; nil when it holds
 	// none), ended exactly once: Done, Expire or Release (deadline.go).
@@ -100,6 +101,7 @@ type batch struct {
 	bytes  int    // value bytes of reqs
 	reads  int    // reads among reqs, whose replies carry values
 	out    []byte // encoded replies, in request order
+	early  int64  // bytes counted in the syncer's early-return budget
 
 	// job, when set, runs instead of the data commands (control commands
 	// that do I/O or slow work: SASL, FLUSH, CREATE/DELETE_BUCKET).
@@ -260,11 +262,24 @@ func (s *Server) execBatch(b *batch) (deferred bool) {
 	return false
 }
 
-// releaseTickets returns the tickets of a batch's commands.
+// releaseTickets ends a batch whose replies are ready: its commands'
+// deadline grants end and the tickets they still hold go back.
 func (s *Server) releaseTickets(b *batch) {
 	now := s.opts.Now()
 	for _, r := range b.reqs {
 		endDeadline(r, now)
+	}
+	s.returnTickets(b, now)
+}
+
+// returnTickets gives back the tickets b's commands hold. A command whose
+// reply is not ready yet (deferSync) tells its deadline gate too.
+func (s *Server) returnTickets(b *batch, now time.Time) {
+	for _, r := range b.reqs {
+		if r.dl != nil && r.ticket.Valid() {
+			r.granted = r.ticket.AcquiredAt() // endDeadline's start once the ticket is gone
+			r.grant = r.dl.Returned(r.grant, now.Sub(r.granted))
+		}
 		if r.ticket.Valid() {
 			s.ingress.Release(r.ticket, now)
 			r.ticket = ingress.Ticket{}
