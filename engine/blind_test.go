@@ -29,6 +29,13 @@ func TestBlindWrites(t *testing.T) {
 	store := func(mode StoreMode, key, val string, exp uint32, cas uint64, now uint32) func() error {
 		return func() error { _, err := b.Store(mode, []byte(key), []byte(val), 0, exp, cas, now); return err }
 	}
+	step("SET new key, complete cache", 0, store(ModeSet, "n", "v", 0, 0, t0), nil)
+	step("DELETE it", 0, func() error { return b.Delete([]byte("n"), 0, t0) }, nil)
+	step("DELETE missing, complete cache", 0, func() error { return b.Delete([]byte("n"), 0, t0) }, ErrNotFound)
+	evictKey(db.cache, b.id, []byte("k")) // not resident: ends no shard's completeness
+	for i := range cacheShards {
+		db.cache.shards[i].complete = false // as after evictions: misses read Pebble
+	}
 	step("SET new key", 1, store(ModeSet, "k", "v1", t0+10, 0, t0), nil)
 	step("SET resident", 0, store(ModeSet, "k", "v2", 0, 0, t0), nil)
 	step("ADD resident", 0, store(ModeAdd, "k", "x", 0, 0, t0), ErrExists)

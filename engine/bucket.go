@@ -119,6 +119,9 @@ func (b *Bucket) Get(key []byte, now uint32, dst []byte) (Item, error) {
 		if hit {
 			return it, nil
 		}
+		if t.absent {
+			return Item{}, ErrNotFound
+		}
 		tok = t
 	}
 	kb := getKeyBuf()
@@ -375,7 +378,8 @@ func (c *current) release() {
 // look only at existence, expiry and CAS) and the key is resident, the
 // header comes from the item cache and Pebble is not read ("blind" write):
 // cur.value is then nil, and the expiry index and item count stay exact
-// because the resident header is the one on disk.
+// because the resident header is the one on disk. A key missing from a
+// complete cache shard does not exist, and is not read either.
 func (b *Bucket) mutate(key []byte, now uint32, needValue bool, fn func(ik []byte, cur current) error) error {
 	if err := b.flushDue(now); err != nil {
 		return err
@@ -389,8 +393,12 @@ func (b *Bucket) mutate(key []byte, now uint32, needValue bool, fn func(ik []byt
 	kb.b = appendItemKey(kb.b[:0], b.id, key)
 	s := b.db.locks.lock(b.id, key)
 	defer s.Unlock()
-	if c := b.db.cache; c != nil && !needValue {
-		if h, ok := c.header(b.id, key); ok {
+	if c := b.db.cache; c != nil {
+		h, resident, absent := c.header(b.id, key)
+		switch {
+		case absent:
+			return fn(kb.b, current{}) // a complete cache: no such item on disk
+		case resident && !needValue:
 			return fn(kb.b, current{exists: true, live: h.live(now), h: h})
 		}
 	}
@@ -447,7 +455,7 @@ func (b *Bucket) putLocked(ik, key []byte, cur *current, h header, v1, v2 []byte
 		b.indexSet(batch, h.expiry, key)
 	}
 	if err := b.db.commit(batch, b.db.writeO); err != nil {
-		b.uncache(key) // Pebble's state is unknown: forget the key
+		b.forget(key) // Pebble's state is unknown
 		return fmt.Errorf("engine: store in %q: %w", b.name, err)
 	}
 	if !cur.exists {
@@ -470,19 +478,28 @@ func (b *Bucket) deleteLocked(ik, key []byte, cur *current) error {
 	_ = batch.Delete(ik, nil)
 	b.indexDelete(batch, cur.h.expiry, key)
 	err := b.db.commit(batch, b.db.writeO)
-	b.uncache(key) // also on error: Pebble's state is unknown
 	if err != nil {
+		b.forget(key) // Pebble's state is unknown
 		return fmt.Errorf("engine: delete in %q: %w", b.name, err)
 	}
+	b.uncache(key)
 	b.count.Add(-1)
 	return nil
 }
 
-// uncache drops key's resident item, if any. Mutations call it (or
-// cache.set) under the key's stripe lock after their commit.
+// uncache drops key's resident item, if any, once it is deleted. Mutations
+// call it (or cache.set) under the key's stripe lock after their commit.
 func (b *Bucket) uncache(key []byte) {
 	if b.db.cache != nil {
 		b.db.cache.remove(b.id, key)
+	}
+}
+
+// forget drops key's resident item after a commit that failed: the key's
+// state on disk is unknown.
+func (b *Bucket) forget(key []byte) {
+	if b.db.cache != nil {
+		b.db.cache.forget(b.id, key)
 	}
 }
 

@@ -64,6 +64,14 @@ type cacheShard struct {
 	// miss, so it never installs a value older than a mutation's.
 	seq                     uint64 // guarded by mu
 	hits, misses, evictions uint64 // guarded by mu
+	// complete (guarded by mu) holds while every item record in Pebble
+	// whose hash falls in this shard is resident, expired ones included:
+	// then a miss means "no such item" and nobody reads Pebble for it. A
+	// new cache is complete; open's warm-up keeps it so while everything
+	// on disk fits; the first item that leaves the shard while still on
+	// disk (an eviction, a hash collision, an item too large or no room,
+	// a commit whose outcome is unknown) ends it for good.
+	complete bool
 
 	budget   int64 // immutable: bytes this shard may hold
 	maxEntry int64 // immutable: largest charge worth caching (budget/8)
@@ -90,6 +98,9 @@ func (e *cacheEntry) charge() int64 { return int64(cap(e.buf)) + entryOverhead }
 type fillToken struct {
 	hash uint64
 	seq  uint64
+	// absent: the shard is complete, so the miss is the answer and there
+	// is nothing to read (or fill).
+	absent bool
 }
 
 // newItemCache returns a cache of capacity bytes, or nil if capacity < 0.
@@ -103,6 +114,7 @@ func newItemCache(capacity int64) *itemCache {
 		s.index = make(map[uint64]int32)
 		s.budget = capacity / cacheShards
 		s.maxEntry = s.budget / 8
+		s.complete = true
 	}
 	return c
 }
@@ -120,8 +132,11 @@ func (c *itemCache) shard(h uint64) *cacheShard {
 }
 
 // get looks the item up. A hit (a resident item live at now) appends its
-// value to dst[:0]; a resident item expired at now is dropped and is a miss.
-// On a miss the token lets the caller fill the entry after a Pebble read.
+// value to dst[:0]; a resident item expired at now is a miss (and is
+// dropped, unless the shard is complete: its record is still on disk until
+// the sweeper deletes it). On a miss the token says whether the item is
+// absent (a complete shard), or lets the caller fill the entry after a
+// Pebble read.
 func (c *itemCache) get(id uint32, key []byte, now uint32, dst []byte) (Item, bool, fillToken) {
 	h := c.hash(id, key)
 	s := c.shard(h)
@@ -135,10 +150,12 @@ func (c *itemCache) get(id uint32, key []byte, now uint32, dst []byte) (Item, bo
 			s.hits++
 			return Item{Flags: e.flags, Expiry: e.expiry, CAS: e.cas, Value: append(dst[:0], e.value()...)}, true, fillToken{}
 		}
-		s.removeLocked(i)
+		if !s.complete {
+			s.removeLocked(i)
+		}
 	}
 	s.misses++
-	return Item{}, false, fillToken{hash: h, seq: s.seq}
+	return Item{}, false, fillToken{hash: h, seq: s.seq, absent: s.complete}
 }
 
 // header returns the resident header of key (expired or not), for a
@@ -146,17 +163,18 @@ func (c *itemCache) get(id uint32, key []byte, now uint32, dst []byte) (Item, bo
 // caller holds the key's stripe lock, so no mutation of the key is between
 // its commit and its cache update: a resident entry is what Pebble holds.
 // It counts neither a hit nor a miss and leaves the CLOCK bit alone.
-func (c *itemCache) header(id uint32, key []byte) (header, bool) {
+// absent reports a miss in a complete shard: the item does not exist.
+func (c *itemCache) header(id uint32, key []byte) (hd header, resident, absent bool) {
 	h := c.hash(id, key)
 	s := c.shard(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i, ok := s.findLocked(h, id, key)
 	if !ok {
-		return header{}, false
+		return header{}, false, s.complete
 	}
 	e := &s.slots[i]
-	return header{flags: e.flags, expiry: e.expiry, cas: e.cas}, true
+	return header{flags: e.flags, expiry: e.expiry, cas: e.cas}, true, false
 }
 
 // fill installs an item a Get read from Pebble after the miss that returned
@@ -185,9 +203,12 @@ func (c *itemCache) fill(tok fillToken, id uint32, key []byte, hd header, value 
 
 // set makes key's entry hold the item a mutation just committed: value
 // v1 ‖ v2 with header hd. The caller holds the key's stripe lock. An entry
-// whose buffer fits is updated in place without allocating; otherwise the
-// old entry is dropped, and a new one is allocated outside the shard lock
-// and installed.
+// whose buffer fits is updated in place without allocating; otherwise a
+// new buffer is allocated outside the shard lock and replaces the entry.
+// A complete shard keeps showing the old version until then (a reader
+// concurrent with the mutation may see either; none can see neither); an
+// incomplete one drops it at once, so a Get that misses meanwhile reads
+// Pebble, where the new version is.
 func (c *itemCache) set(id uint32, key []byte, hd header, v1, v2 []byte) {
 	h := c.hash(id, key)
 	s := c.shard(h)
@@ -196,32 +217,56 @@ func (c *itemCache) set(id uint32, key []byte, hd header, v1, v2 []byte) {
 	s.seq++
 	if i, ok := s.index[h]; ok {
 		e := &s.slots[i]
-		if e.id == id && bytes.Equal(e.key(), key) && reusable(cap(e.buf), n) {
+		same := e.id == id && bytes.Equal(e.key(), key)
+		if same && reusable(cap(e.buf), n) {
 			e.buf = e.buf[:n]
 			copy(e.buf[len(key)+copy(e.buf[len(key):], v1):], v2)
 			e.flags, e.expiry, e.cas = hd.flags, hd.expiry, hd.cas
 			s.mu.Unlock()
 			return
 		}
-		s.removeLocked(i)
+		if !s.complete {
+			s.removeLocked(i)
+		}
 	}
-	s.mu.Unlock()
 	if !s.fits(n) {
+		s.replaceLocked(h, id, key, nil)
+		s.mu.Unlock()
 		return
 	}
+	s.mu.Unlock()
 	buf := newEntryBuf(key, v1, v2)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Between the two lock holds a Get may have filled in this very
 	// version (never an older one: seq moved above); replace it anyway.
+	s.replaceLocked(h, id, key, &newEntry{hd: hd, buf: buf})
+}
+
+// newEntry is an item to install: its header and key ‖ value buffer.
+type newEntry struct {
+	hd  header
+	buf []byte
+}
+
+// replaceLocked makes ne (nil: nothing) the entry of hash h for (id, key),
+// whose current version is on disk. Dropping another item of the same hash
+// (also on disk), or leaving (id, key) out, ends the shard's completeness.
+func (s *cacheShard) replaceLocked(h uint64, id uint32, key []byte, ne *newEntry) {
 	if i, ok := s.index[h]; ok {
+		if e := &s.slots[i]; e.id != id || !bytes.Equal(e.key(), key) {
+			s.complete = false
+		}
 		s.removeLocked(i)
 	}
-	s.installLocked(h, id, len(key), hd, buf)
+	if ne == nil || !s.installLocked(h, id, len(key), ne.hd, ne.buf) {
+		s.complete = false
+	}
 }
 
 // remove drops key's entry, if resident, for a mutation that deleted the
-// item. The caller holds the key's stripe lock.
+// item. The caller holds the key's stripe lock. An entry of the same hash
+// that is another item's stays.
 func (c *itemCache) remove(id uint32, key []byte) {
 	h := c.hash(id, key)
 	s := c.shard(h)
@@ -229,8 +274,43 @@ func (c *itemCache) remove(id uint32, key []byte) {
 	defer s.mu.Unlock()
 	s.seq++
 	if i, ok := s.index[h]; ok {
+		if e := &s.slots[i]; e.id == id && bytes.Equal(e.key(), key) {
+			s.removeLocked(i)
+		}
+	}
+}
+
+// forget drops key's entry, if resident, for a mutation whose commit failed:
+// whether the item is on disk is unknown, so its shard is complete no more.
+func (c *itemCache) forget(id uint32, key []byte) {
+	h := c.hash(id, key)
+	s := c.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	s.complete = false
+	if i, ok := s.index[h]; ok {
 		s.removeLocked(i)
 	}
+}
+
+// warm installs an item record found on disk at open, without evicting
+// anything. One that cannot be resident (too large, no room, a hash
+// collision) leaves its shard incomplete.
+func (c *itemCache) warm(id uint32, key []byte, hd header, value []byte) {
+	h := c.hash(id, key)
+	s := c.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.complete {
+		return // a miss reads Pebble anyway: leave the memory to the load
+	}
+	need := int64(len(key)+len(value)) + entryOverhead
+	if _, taken := s.index[h]; taken || !s.fits(len(key)+len(value)) || s.bytes+need > s.budget {
+		s.complete = false
+		return
+	}
+	s.installLocked(h, id, len(key), hd, newEntryBuf(key, value, nil))
 }
 
 // dropBucket drops every entry of bucket id, a chunk of slots per lock hold.
@@ -265,6 +345,7 @@ func (c *itemCache) reset() {
 		s.mu.Lock()
 		s.index = make(map[uint64]int32) // release the old map's memory too
 		s.slots, s.free, s.hand, s.bytes = nil, nil, 0, 0
+		s.complete = false
 		s.mu.Unlock()
 	}
 }
@@ -317,12 +398,13 @@ func (s *cacheShard) findLocked(h uint64, id uint32, key []byte) (int32, bool) {
 }
 
 // installLocked makes room and adds a new entry; the hash must not be
-// resident. If room cannot be made the item is not cached.
-func (s *cacheShard) installLocked(h uint64, id uint32, klen int, hd header, buf []byte) {
+// resident. If room cannot be made the item is not cached and it reports
+// false.
+func (s *cacheShard) installLocked(h uint64, id uint32, klen int, hd header, buf []byte) bool {
 	need := int64(cap(buf)) + entryOverhead
 	s.evictLocked(need)
 	if s.bytes+need > s.budget {
-		return
+		return false
 	}
 	var i int32
 	if n := len(s.free); n > 0 {
@@ -335,6 +417,7 @@ func (s *cacheShard) installLocked(h uint64, id uint32, klen int, hd header, buf
 		flags: hd.flags, expiry: hd.expiry, cas: hd.cas}
 	s.index[h] = i
 	s.bytes += need
+	return true
 }
 
 // evictLocked runs the CLOCK hand until need more bytes fit in the budget
@@ -353,6 +436,7 @@ func (s *cacheShard) evictLocked(need int64) {
 		default:
 			s.removeLocked(int32(s.hand))
 			s.evictions++
+			s.complete = false
 		}
 		s.hand++
 	}

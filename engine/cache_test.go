@@ -76,8 +76,17 @@ func evictKey(c *itemCache, id uint32, key []byte) {
 	s.mu.Lock()
 	if i, ok := s.findLocked(h, id, key); ok {
 		s.removeLocked(i)
+		s.complete = false // as an eviction does
 	}
 	s.mu.Unlock()
+}
+
+// shardComplete reports whether key's shard is complete.
+func shardComplete(c *itemCache, id uint32, key []byte) bool {
+	s := c.shard(c.hash(id, key))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.complete
 }
 
 // pebbleItem reads key's record straight from Pebble, bypassing the cache.
@@ -456,14 +465,24 @@ func TestCacheBufferReuse(t *testing.T) {
 }
 
 // TestCacheExpiry: Peek and Get treat a resident item expired at now as a
-// miss and drop it; the sweeper's deletion drops it for every clock.
+// miss; a complete shard keeps it (its record is on disk until the sweeper
+// deletes it), an incomplete one drops it; the sweeper's deletion drops it
+// for every clock.
 func TestCacheExpiry(t *testing.T) {
 	db := openTest(t, withCache(DefaultItemCacheSize))
 	b := newBucketT(t, db, "b")
 	mustStore(t, b, ModeSet, "k", "v", 0, t0+10)
 	wantPeek(t, b, "k", "v", 0, t0+10, 0, t0+9)
 	wantNoPeek(t, b, "k", t0+10)
-	wantNoPeek(t, b, "k", t0+9) // dropped by the expired look-up
+	wantPeek(t, b, "k", "v", 0, t0+10, 0, t0+9) // complete: kept
+	evictKey(db.cache, b.id, []byte("other"))  // no such key: the shard stays complete
+	mustStore(t, b, ModeSet, "k", "v", 0, t0+10)
+	s := db.cache.shard(db.cache.hash(b.id, []byte("k")))
+	s.mu.Lock()
+	s.complete = false
+	s.mu.Unlock()
+	wantNoPeek(t, b, "k", t0+10)
+	wantNoPeek(t, b, "k", t0+9) // incomplete: dropped by the expired look-up
 	if _, err := b.Get([]byte("k"), t0+10, nil); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get expired: %v", err)
 	}
@@ -536,4 +555,70 @@ func TestCacheAllocs(t *testing.T) {
 	}); allocs != 0 {
 		t.Fatalf("Get hit allocates %.1f times per call", allocs)
 	}
+}
+
+// TestCacheWarmComplete: open puts the items on disk in the cache while they
+// fit; a complete shard then answers a miss without reading Pebble (GET, and a
+// SET of a new key). Reopened with a cache too small for them, the shards that
+// could not hold theirs read Pebble on a miss, and every item is still found.
+func TestCacheWarmComplete(t *testing.T) {
+	dir := t.TempDir()
+	open := func(size int64) *DB {
+		db, err := Open(Options{Dir: dir, Logger: quietLogger(), Now: clockAt(t0), ItemCacheSize: size})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}
+	db := open(DefaultItemCacheSize)
+	b := newBucketT(t, db, "b")
+	const n = 2000
+	value := string(make([]byte, 500))
+	for i := range n {
+		mustStore(t, b, ModeSet, "k"+strconv.Itoa(i), value, uint32(i), 0)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	db = open(DefaultItemCacheSize)
+	b, _ = db.Bucket("b")
+	for i := range db.cache.shards {
+		if !db.cache.shards[i].complete {
+			t.Fatalf("shard %d incomplete after warming %d items into %d bytes", i, n, DefaultItemCacheSize)
+		}
+	}
+	reads := 0
+	db.testHookRead = func() { reads++ }
+	wantPeek(t, b, "k7", value, 7, 0, 0, t0)
+	if _, err := b.Get([]byte("absent"), t0, nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get(absent) = %v, want ErrNotFound", err)
+	}
+	mustStore(t, b, ModeAdd, "new", "v", 0, 0)
+	if reads != 0 || b.ItemCount() != n+1 {
+		t.Fatalf("%d Pebble reads, %d items; want 0 and %d", reads, b.ItemCount(), n+1)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	db = open(cacheShards * 4096) // 4 KiB a shard: a few items each
+	defer db.Close()
+	b, _ = db.Bucket("b")
+	incomplete := 0
+	for i := range db.cache.shards {
+		if !db.cache.shards[i].complete {
+			incomplete++
+		}
+	}
+	if incomplete != cacheShards {
+		t.Fatalf("%d of %d shards incomplete with a 4 KiB budget each, want all", incomplete, cacheShards)
+	}
+	for i := range n {
+		wantItem(t, b, "k"+strconv.Itoa(i), value, uint32(i), 0, t0)
+	}
+	if _, err := b.Get([]byte("absent"), t0, nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get(absent) = %v, want ErrNotFound", err)
+	}
+	checkCache(t, db.cache)
 }

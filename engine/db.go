@@ -171,8 +171,10 @@ func (db *DB) loadBuckets() error {
 	return closeIter(it, "load buckets")
 }
 
-// countItems scans every item record once, sets each bucket's count and
-// returns the largest CAS found. Records of unknown bucket IDs are ignored.
+// countItems scans every item record once, sets each bucket's count,
+// warms the resident item cache (while everything fits, a miss is then an
+// answer: no Pebble read) and returns the largest CAS found. Records of
+// unknown bucket IDs are ignored.
 func (db *DB) countItems() (uint64, error) {
 	byID := make(map[uint32]*Bucket, len(db.buckets))
 	for _, e := range db.buckets {
@@ -196,8 +198,16 @@ func (db *DB) countItems() (uint64, error) {
 			continue
 		}
 		b.count.Add(1)
-		if h, _, ok := decodeRecord(it.Value()); ok {
+		h, v, ok := decodeRecord(it.Value())
+		if ok {
 			maxCAS = max(maxCAS, h.cas)
+		}
+		if db.cache != nil {
+			if ok {
+				db.cache.warm(b.id, k[bucketPrefixLen:], h, v)
+			} else {
+				db.cache.forget(b.id, k[bucketPrefixLen:])
+			}
 		}
 	}
 	return maxCAS, closeIter(it, "count items")

@@ -153,8 +153,11 @@ func (b *Bucket) expire(ek []byte, now uint32) (bool, error) {
 		_ = batch.Delete(kb.b, nil)
 	}
 	err = b.db.commit(batch, b.db.writeO)
-	if remove {
-		b.uncache(key) // also on error: Pebble's state is unknown
+	switch {
+	case remove && err != nil:
+		b.forget(key) // Pebble's state is unknown
+	case remove:
+		b.uncache(key)
 	}
 	if err != nil {
 		return false, fmt.Errorf("engine: sweep %q: %w", b.name, err)
