@@ -475,7 +475,7 @@ func TestCacheExpiry(t *testing.T) {
 	wantPeek(t, b, "k", "v", 0, t0+10, 0, t0+9)
 	wantNoPeek(t, b, "k", t0+10)
 	wantPeek(t, b, "k", "v", 0, t0+10, 0, t0+9) // complete: kept
-	evictKey(db.cache, b.id, []byte("other"))  // no such key: the shard stays complete
+	evictKey(db.cache, b.id, []byte("other"))   // no such key: the shard stays complete
 	mustStore(t, b, ModeSet, "k", "v", 0, t0+10)
 	s := db.cache.shard(db.cache.hash(b.id, []byte("k")))
 	s.mu.Lock()
