@@ -10,6 +10,7 @@ import (
 
 	"kvd/catalog"
 	"kvd/ingress"
+	"kvd/netmem"
 	"kvd/protocol/binary"
 	"kvd/tenant"
 )
@@ -80,17 +81,12 @@ type conn struct {
 	txt      *textConn // text/meta protocol state, nil for binary
 	usersGen uint64    // the users generation this connection last checked (reload.go: revoke)
 
-	// Network memory (flow.go): what the connection held at the end of its
-	// last pass (heldPub is the copy housekeeping reads), why it is paused,
-	// whether decoding stopped this pass, and its loop's epoll descriptor
-	// (0 unknown yet, -1 unavailable).
-	held      int64
-	paused    uint8
-	stopped   bool
-	swallow   int // bytes of a refused frame still to discard (refuseLarge)
-	epfd      int
-	heldPub   atomic.Int64
-	memResume atomic.Bool // housekeeping lets a memory-paused connection go on
+	// Network memory: the connection's share of the node's budget (package
+	// netmem: what it held at the end of its last pass, its pauses), and
+	// whether decoding stopped this pass.
+	mem     netmem.Holder
+	stopped bool
+	swallow int // bytes of a refused frame still to discard (refuseLarge)
 
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set (see park)
@@ -104,18 +100,19 @@ type conn struct {
 func newConn(s *Server, gc netConn, remote string) *conn {
 	c := &conn{srv: s, gc: gc, remote: remote, usersGen: s.usersGen.Load()}
 	c.lat.shard = int(s.connSeq.Add(1) % latencyShards)
+	c.mem.Init(gc, remote)
 	return c
 }
 
 // onTraffic collects a finished batch, serves as much input as it can, and
-// flushes the replies with one write. A paused connection (flow.go) looks
+// flushes the replies with one write. A paused connection (netmem) looks
 // at its figures first: it may go on.
 func (c *conn) onTraffic() gnet.Action {
 	if c.srv.stopping.Load() {
 		return c.onShutdown()
 	}
 	c.collectDone()
-	if c.paused != 0 && c.account() == gnet.Close {
+	if c.mem.Paused() && c.account() == gnet.Close {
 		return gnet.Close
 	}
 	c.stopped = false
@@ -141,7 +138,7 @@ func (c *conn) onTraffic() gnet.Action {
 	if c.account() == gnet.Close {
 		return gnet.Close
 	}
-	if c.stopped && c.paused == 0 && c.inflight == nil {
+	if c.stopped && !c.mem.Paused() && c.inflight == nil {
 		_ = c.gc.Wake(nil) // decoding stopped for output that the write took: go on
 	}
 	return action
@@ -201,16 +198,35 @@ func (c *conn) serve() gnet.Action {
 // that revoked the user's access applies before the next command
 // (checkUsers); a paused connection, or one whose unsent replies reach
 // max_conn_output (resident GETs answered on the loop fill them within one
-// pass), decodes nothing more until they drain (flow.go).
+// pass), decodes nothing more until they drain (netmem).
 func (c *conn) mayDecode() bool {
 	if c.checkUsers(); c.quitting {
 		return false
 	}
-	if c.paused != 0 || c.outputFull() {
+	if c.mem.Paused() || c.outputFull() {
 		c.stopped = true
 		return false
 	}
 	return true
+}
+
+// outputFull reports whether the replies of this pass and those gnet still
+// holds reach max_conn_output: decoding stops there.
+func (c *conn) outputFull() bool {
+	return len(c.out)+c.gc.OutboundBuffered() >= c.srv.opts.MaxConnOutput
+}
+
+// account reports what the connection holds after a pass to the node's
+// network memory budget, which decides its pauses (package netmem). It
+// returns gnet.Close past the hard per-connection limit.
+func (c *conn) account() gnet.Action {
+	s := c.srv
+	lim := netmem.Limits{Budget: s.limits().MaxBufferBytes, ConnOutput: s.opts.MaxConnOutput,
+		ConnBuffer: s.opts.MaxConnBuffer}
+	if s.flow.Account(&c.mem, c.gc.InboundBuffered(), c.gc.OutboundBuffered(), lim) {
+		return gnet.Close
+	}
+	return gnet.None
 }
 
 // peekFrame returns the next frame when it is all buffered, or its header
@@ -409,7 +425,7 @@ func (c *conn) collectDone() {
 
 // close runs on the loop from OnClose.
 func (c *conn) close() {
-	c.forget()
+	c.srv.flow.Forget(&c.mem)
 	if b := c.inflight; b != nil {
 		c.srv.abandon(b, c.srv.opts.Now())
 	}

@@ -89,9 +89,9 @@ func (c *conn) hello(req *mc.Request) {
 }
 
 // saslAuth checks the form of PLAIN credentials on the loop and hands the
-// verification to the login gate (login.go), which paces attempts per
-// remote address and verifies them on its own small pool; the answer comes
-// back like a batch's.
+// verification to the login gate (tenant.LoginGate), which paces attempts
+// per remote address and verifies them on its own small pool; the answer
+// comes back like a batch's.
 func (c *conn) saslAuth(req *mc.Request) {
 	if string(req.Key) != "PLAIN" {
 		c.replyError(req, mc.StatusAuthError, "unsupported mechanism: use PLAIN")
@@ -104,7 +104,34 @@ func (c *conn) saslAuth(req *mc.Request) {
 	b := newBatch(c, c.bucket)
 	b.add(req)
 	c.inflight = b
-	c.srv.logins.submit(c.remote, b)
+	c.srv.logins.Submit(c.remote, func() bool { return c.authenticate(b) }, func() { c.finish(b) })
+}
+
+// authenticate verifies the PLAIN credentials of b's SASL_AUTH (on the
+// login gate's pool) and encodes the answer; on success the login is
+// applied on the loop when the batch is collected. It reports success. A
+// connection already closed is not verified.
+func (c *conn) authenticate(b *batch) bool {
+	c.mu.Lock()
+	gone := c.gone
+	c.mu.Unlock()
+	if gone {
+		return true // nothing was tried: no failure to count
+	}
+	r := b.reqs[0]
+	parts := bytes.SplitN(r.value, []byte{0}, 3)
+	name, password := string(parts[1]), parts[2]
+	gen := c.srv.usersGen.Load() // the users this login is checked against
+	user, err := c.srv.users.Authenticate(name, password)
+	if err != nil {
+		c.srv.log.Warn("login refused", "user", name, "remote", c.remote)
+		st, reason := statusOf(err)
+		b.out = c.appendError(b.out, r.hdr, st, reason, nil)
+		return false
+	}
+	b.out = c.appendReply(b.out, r.hdr, mc.StatusOK, 0, nil, nil, []byte("Authenticated"))
+	b.after = func(c *conn) { c.login(user); c.usersGen = gen }
+	return true
 }
 
 // login makes user the connection's identity. Like Couchbase, it selects the

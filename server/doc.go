@@ -50,8 +50,9 @@
 // control.go answers the other commands (HELLO, SASL, SELECT_BUCKET, STAT,
 // the throttle and bucket admin commands); those that do I/O or slow work
 // run as a one-command batch on a worker, like data; SASL_AUTH goes to
-// login.go instead, which paces attempts per remote address and verifies
-// passwords on its own small pool. stats.go gathers the
+// the login gate instead (tenant.LoginGate), which paces attempts per
+// remote address and verifies passwords on its own small pool
+// (conn.authenticate, in control.go, is the job it runs). stats.go gathers the
 // STAT groups, metrics.go the Prometheus figures; both are read at request
 // or scrape time from counters the data path keeps anyway, and shown.go
 // picks the buckets whose figures they list on a node with many (all up
@@ -66,12 +67,13 @@
 //
 // Two concerns run beside every command. latency.go records each answered
 // command's end-to-end time (and its parked and queued parts) after the
-// pass's write, in per-bucket histograms kept one copy per loop. flow.go
-// (with flow_linux.go) bounds network memory: each pass reports the
-// connection's unread input and unsent output into a node-wide total;
-// past max_buffer_bytes the largest holders stop being read, a connection
-// whose unsent replies pass its cap stops decoding until they drain, and
-// the largest holder is closed only as the last resort.
+// pass's write, in per-bucket histograms kept one copy per loop. Package
+// netmem bounds network memory: each pass reports the connection's unread
+// input and unsent output (conn.account, in conn.go) into a node-wide
+// total; past max_buffer_bytes the largest holders stop being read, a
+// connection whose unsent replies pass its cap stops decoding until they
+// drain (conn.outputFull), and the largest holder is closed only as the
+// last resort (netmem.Budget.Tick, from housekeeping).
 //
 // A GET of a resident item: conn.go (serve, handle, precheck) → admit.go
 // (admit, checkThrottle, runOrCollect, serveResident) → reply.go

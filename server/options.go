@@ -96,7 +96,7 @@ type Options struct {
 	MaxConnOutput int
 	// MaxBufferBytes is the node's network memory budget: bytes held in
 	// unfinished or unread input and unsent replies across all connections.
-	// Past it the connections holding the most stop being read (flow.go).
+	// Past it the connections holding the most stop being read (netmem).
 	// Default DefaultMaxBufferBytes(). Reloadable.
 	MaxBufferBytes int64
 	// NodeCapacity is the node's units per second. Default DefaultNodeCapacity.

@@ -13,6 +13,7 @@ import (
 	"kvd/catalog"
 	"kvd/engine"
 	"kvd/ingress"
+	"kvd/netmem"
 	"kvd/tenant"
 )
 
@@ -26,7 +27,7 @@ type Server struct {
 	db       *engine.DB
 	users    *tenant.Users
 	cat      *catalog.Catalog // the buckets and the node's durable settings
-	flow     flow             // network memory: bytes held, pauses (flow.go)
+	flow     *netmem.Budget   // network memory: bytes held, pauses
 	throttle *tenant.Throttle
 	lim      atomic.Pointer[Limits] // reloadable limits
 	reloadMu sync.Mutex             // serializes Reconfigure
@@ -46,7 +47,7 @@ type Server struct {
 	totalConns atomic.Int64
 	connSeq    atomic.Uint64 // connections opened, numbering them (latencyShards)
 	work       workers
-	logins     *loginGate // paces and verifies SASL attempts (login.go)
+	logins     *tenant.LoginGate // paces and verifies SASL attempts
 	syncs      syncer
 	metrics    *metrics
 	retired    retiredTotals // figures of deleted buckets, for the node totals
@@ -88,7 +89,8 @@ func New(opts Options) (*Server, error) {
 		stopHouse: make(chan struct{}),
 		houseDone: make(chan struct{}),
 		throttle:  tenant.NewThrottle(opts.NodeCapacity, opts.Now()),
-		logins:    newLoginGate(opts.Now),
+		logins:    tenant.NewLoginGate(tenant.LoginOptions{Now: opts.Now}),
+		flow:      netmem.New(opts.Logger),
 	}
 	if err := s.open(); err != nil {
 		_ = db.Close()
@@ -240,7 +242,7 @@ const housekeepingPeriod = 10 * time.Millisecond
 // node's demand and applies its shares (catalog.TickCluster, which never
 // waits for etcd) after each second, closes connections that
 // have held an unfinished frame longer than the idle timeout, and keeps the
-// connections' network memory within its budget (flowTick). It only
+// connections' network memory within its budget (netmem.Budget.Tick). It only
 // touches atomics, short locks and concurrency-safe gnet calls; connection
 // state stays with the loops.
 func (s *Server) housekeeping() {
@@ -258,7 +260,7 @@ func (s *Server) housekeeping() {
 		}
 		now := s.opts.Now()
 		s.tick(now)
-		s.flowTick(now)
+		s.flow.Tick(now, s.limits().MaxBufferBytes, s.conns.holders)
 		if ticks := s.throttle.Stats().Ticks; ticks != lastTicks {
 			lastTicks = ticks // a second ended (here or on a loop): the cluster's share
 			s.cat.TickCluster(now)
@@ -295,6 +297,15 @@ func (cs *connSet) remove(c *conn) {
 	cs.mu.Lock()
 	delete(cs.m, c)
 	cs.mu.Unlock()
+}
+
+// holders lists the open connections' shares of the network memory budget.
+func (cs *connSet) holders(yield func(*netmem.Holder) bool) {
+	for _, c := range cs.snapshot() {
+		if !yield(&c.mem) {
+			return
+		}
+	}
 }
 
 func (cs *connSet) closeIdle(before int64, log *slog.Logger) {

@@ -108,11 +108,7 @@ func (cs *connSet) wakeUnfinished() int {
 // sends after that is read and dropped until it closes too.
 func (c *conn) onShutdown() gnet.Action {
 	c.collectDone()
-	if c.paused != 0 { // read and answer what is left, whatever it holds
-		c.paused = 0
-		c.srv.flow.watch(c, false)
-		c.setReading(true, c.gc.OutboundBuffered() > 0, false)
-	}
+	c.srv.flow.Unpause(&c.mem, c.gc.OutboundBuffered() > 0) // read and answer what is left, whatever it holds
 	if c.finSent.Load() {
 		_, _ = c.gc.Discard(c.gc.InboundBuffered())
 		return gnet.None

@@ -177,15 +177,15 @@ func (s *Server) ingressStats(emit emitFunc) {
 	s.ingress.Stats().Figures(func(name string, v int64) { emitInt(emit, name, v) })
 }
 
-// bufferStats are the network memory figures (flow.go): bytes held in the
-// connections' buffers and the budget, connections paused now, pauses by
-// reason since start, and connections closed for memory.
+// bufferStats are the network memory figures (package netmem): bytes held
+// in the connections' buffers and the budget, connections paused now,
+// pauses by reason since start, and connections closed for memory.
 func (s *Server) bufferStats(emit emitFunc) {
-	f := &s.flow
-	emitInt(emit, "buffer_bytes", f.held.Load())
+	f := s.flow.Stats()
+	emitInt(emit, "buffer_bytes", f.Held)
 	emitInt(emit, "max_buffer_bytes", s.limits().MaxBufferBytes)
-	emitInt(emit, "conns_paused", int64(len(f.snapshot())))
-	emitInt(emit, "conn_pauses_memory", f.memPauses.Load())
-	emitInt(emit, "conn_pauses_output", f.outPauses.Load())
-	emitInt(emit, "conns_closed_memory", f.closed.Load())
+	emitInt(emit, "conns_paused", int64(f.Paused))
+	emitInt(emit, "conn_pauses_memory", f.MemPauses)
+	emitInt(emit, "conn_pauses_output", f.OutPauses)
+	emitInt(emit, "conns_closed_memory", f.Closed)
 }

@@ -13,6 +13,11 @@
 //     ($2a$/$2b$/$2y$). [HashPassword] makes the argon2id form. A plain
 //     password is accepted for development; [User.UsesPlainPassword]
 //     tells the daemon to warn about it.
+//   - Login pacing: [LoginGate] verifies login attempts on a small pool of
+//     its own, one at a time per remote address, the next attempt after a
+//     failure waiting a delay that doubles from 50 ms to 5 s (forgotten
+//     after a minute without failures). The caller hands it a job (verify)
+//     and a callback (done); the server's job calls [Users.Authenticate].
 //   - Bucket settings: [Settings] (reserved and hard-limit units per
 //     second, per-bucket queue and deadline limits), their validation, and
 //     their JSON form, used for CREATE_BUCKET values and for persisting
@@ -53,7 +58,9 @@
 // min(GOMAXPROCS, 8) hash verifications (argon2id or bcrypt) run at once
 // in the process; further callers wait for a slot, which bounds the memory
 // a burst of logins can take.
-// [Settings] is a plain value.
+// [LoginGate] is safe for concurrent use; it runs the jobs on goroutines
+// of its own and reads the clock given in [LoginOptions] only when an
+// attempt ends or a wait is scheduled. [Settings] is a plain value.
 package tenant
 
 import "errors"

@@ -1,8 +1,9 @@
 //go:build linux
 
-package server
+package netmem
 
 import (
+	"log/slog"
 	"reflect"
 	"sync"
 	"syscall"
@@ -14,15 +15,15 @@ import (
 var pollerWarning sync.Once
 
 // epollReading sets gc's interest in its loop's epoll set (see setReading).
-func (c *conn) epollReading(gc gnet.Conn, on, writing, hangup bool) {
-	if c.epfd == 0 {
-		if c.epfd = pollerOf(gc); c.epfd < 0 {
+func (h *Holder) epollReading(log *slog.Logger, gc gnet.Conn, on, writing, hangup bool) {
+	if h.epfd == 0 {
+		if h.epfd = pollerOf(gc); h.epfd < 0 {
 			pollerWarning.Do(func() {
-				c.srv.log.Warn("cannot pause reading connections: gnet's internals are not the ones known (server/flow_linux.go); only the output stop and the close limits bound network memory")
+				log.Warn("cannot pause reading connections: gnet's internals are not the ones known (netmem/poll_linux.go); only the output stop and the close limits bound network memory")
 			})
 		}
 	}
-	if c.epfd < 0 {
+	if h.epfd < 0 {
 		return
 	}
 	var ev uint32
@@ -36,7 +37,7 @@ func (c *conn) epollReading(gc gnet.Conn, on, writing, hangup bool) {
 		ev |= syscall.EPOLLRDHUP
 	}
 	fd := gc.Fd()
-	_ = syscall.EpollCtl(c.epfd, syscall.EPOLL_CTL_MOD, fd, &syscall.EpollEvent{Fd: int32(fd), Events: ev})
+	_ = syscall.EpollCtl(h.epfd, syscall.EPOLL_CTL_MOD, fd, &syscall.EpollEvent{Fd: int32(fd), Events: ev})
 }
 
 // pollerOf returns the epoll descriptor of gc's event loop (gnet v2.10's

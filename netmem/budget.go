@@ -1,0 +1,323 @@
+package netmem
+
+import (
+	"cmp"
+	"iter"
+	"log/slog"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+)
+
+// The budget's constants.
+const (
+	// PauseFloor: connections holding less are never paused for memory (a
+	// normal client's pipeline of small commands).
+	PauseFloor = 64 << 10
+	// CloseGrace is how long the node may stay over its budget before the
+	// connection holding the most is closed; at most one per CloseEvery
+	// after that.
+	CloseGrace = 5 * time.Second
+	CloseEvery = time.Second
+	// FreeOSEvery bounds how often freed buffer memory is returned to the
+	// OS, and FreeOSMin is the peak that makes it worth it.
+	FreeOSEvery = 10 * time.Second
+	FreeOSMin   = 32 << 20
+)
+
+// Limits are the figures one pass is accounted against. The server reads
+// them from its (reloadable) settings at each pass.
+type Limits struct {
+	Budget     int64 // max_buffer_bytes: what all connections together may hold
+	ConnOutput int   // max_conn_output: a connection's unsent replies before it stops executing
+	ConnBuffer int   // a connection's input or output past which it is closed
+}
+
+// Conn is what the budget does to a connection from housekeeping: wake its
+// loop for a pass, or close it. gnet.Conn has both. A Conn that also
+// implements [ReadSwitch] is paused through it instead of through gnet's
+// poller (tests).
+type Conn interface {
+	Wake(cb gnet.AsyncCallback) error
+	Close() error
+}
+
+// ReadSwitch turns a connection's read interest on or off (see
+// Holder.setReading); a fake connection implements it to see its pauses.
+type ReadSwitch interface {
+	SetReading(on, writing, hangup bool) error
+}
+
+// Stats are the budget's figures, as STAT and /metrics show them.
+type Stats struct {
+	Held      int64 // bytes held by all connections, as last accounted
+	Paused    int   // connections paused now, for memory or output
+	MemPauses int64 // pauses for the node's budget since start
+	OutPauses int64 // pauses for max_conn_output since start
+	Closed    int64 // connections closed for memory (budget or ConnBuffer)
+}
+
+// Budget is the node's network memory: the total the connections hold, the
+// set of paused connections, and housekeeping's state. Create it with New.
+type Budget struct {
+	log     *slog.Logger
+	release func() // hands freed memory back to the OS
+
+	held      atomic.Int64 // sum of the Holders' held
+	peak      atomic.Int64 // highest held since the last release
+	memPauses atomic.Int64
+	outPauses atomic.Int64
+	closed    atomic.Int64
+
+	mu     sync.Mutex
+	paused map[*Holder]struct{} // guarded by mu: the Holders with a pause reason
+
+	overSince, lastClose, lastFree time.Time // Tick's own
+}
+
+// New returns an empty budget that logs its pauses and closes to log.
+func New(log *slog.Logger) *Budget {
+	return &Budget{log: log, release: releaseMemory, paused: map[*Holder]struct{}{}}
+}
+
+// Stats returns the budget's figures.
+func (b *Budget) Stats() Stats {
+	b.mu.Lock()
+	paused := len(b.paused)
+	b.mu.Unlock()
+	return Stats{Held: b.held.Load(), Paused: paused, MemPauses: b.memPauses.Load(),
+		OutPauses: b.outPauses.Load(), Closed: b.closed.Load()}
+}
+
+// pause reasons, bits of Holder.paused.
+const (
+	pausedOutput uint8 = 1 << iota // unsent replies over Limits.ConnOutput
+	pausedMemory                   // the node over Limits.Budget
+)
+
+// Holder is one connection's share of the budget. The connection embeds it,
+// calls Init once, and then only its event loop calls the budget's methods
+// with it; housekeeping reads pub and sets resume.
+type Holder struct {
+	conn   Conn
+	remote string // for the log
+	held   int64  // bytes held at the end of the last pass
+	paused uint8  // pause reasons
+	epfd   int    // the loop's epoll descriptor: 0 unknown yet, -1 unavailable
+
+	pub    atomic.Int64 // held, for housekeeping
+	resume atomic.Bool  // housekeeping lets a memory-paused connection go on
+}
+
+// Init ties h to its connection, named remote in the log.
+func (h *Holder) Init(c Conn, remote string) { h.conn, h.remote = c, remote }
+
+// Paused reports whether the connection is paused (for memory or output):
+// it decodes nothing until a pass's Account ends the pause.
+func (h *Holder) Paused() bool { return h.paused != 0 }
+
+// Account publishes what h's connection holds after a pass of its loop (in
+// bytes of input not decoded yet, out of replies gnet has not sent) and
+// decides its pauses, turning its socket's read interest off or on. It
+// reports true when the connection is over lim.ConnBuffer and must be
+// closed.
+func (b *Budget) Account(h *Holder, in, out int, lim Limits) (closeConn bool) {
+	held := int64(in + out)
+	total := b.publish(h, held)
+	if in > lim.ConnBuffer || out > lim.ConnBuffer {
+		b.closed.Add(1)
+		b.log.Warn("closing connection", "remote", h.remote, "reason", "buffer over limit",
+			"inbound", in, "outbound", out, "limit", lim.ConnBuffer)
+		return true
+	}
+	was := h.paused
+	h.paused = h.want(out, held, total, lim)
+	if h.paused != 0 || was != 0 {
+		h.setReading(b.log, h.paused == 0, out > 0, h.paused&pausedMemory != 0)
+	}
+	if h.paused != 0 && was == 0 {
+		b.watch(h, true)
+	} else if h.paused == 0 && was != 0 {
+		b.watch(h, false)
+	}
+	if h.paused&^was&pausedMemory != 0 {
+		b.memPauses.Add(1)
+		b.log.Info("pausing connection", "remote", h.remote, "reason", "max_buffer_bytes",
+			"bytes", held, "node_bytes", total, "limit", lim.Budget)
+	}
+	if h.paused&^was&pausedOutput != 0 {
+		b.outPauses.Add(1)
+	}
+	return false
+}
+
+// publish records that h holds held bytes and returns the node's total.
+// Most passes hold what they held: they write nothing the loops share.
+func (b *Budget) publish(h *Holder, held int64) int64 {
+	if held == h.held {
+		return b.held.Load()
+	}
+	total := b.held.Add(held - h.held)
+	h.held = held
+	h.pub.Store(held)
+	if total > b.peak.Load() {
+		b.peak.Store(total)
+	}
+	return total
+}
+
+// want is h's pause state for the figures of this pass. Output pauses past
+// the cap and lasts until half of it; a memory pause lasts until
+// housekeeping lets the connection go on (resume).
+func (h *Holder) want(out int, held, total int64, lim Limits) uint8 {
+	p := uint8(0)
+	if out > lim.ConnOutput || (h.paused&pausedOutput != 0 && out > lim.ConnOutput/2) {
+		p |= pausedOutput
+	}
+	if h.resume.Swap(false) {
+		return p
+	}
+	if h.paused&pausedMemory != 0 || (total > lim.Budget && held >= PauseFloor) {
+		p |= pausedMemory
+	}
+	return p
+}
+
+// Forget takes a closing connection out of the node's figures.
+func (b *Budget) Forget(h *Holder) {
+	b.held.Add(-h.held)
+	h.held = 0
+	h.pub.Store(0)
+	if h.paused != 0 {
+		h.paused = 0
+		b.watch(h, false)
+	}
+}
+
+// Unpause ends h's pauses and reads its socket again, whatever it holds (the
+// server shutting down answers what is left); writing tells whether gnet
+// still holds replies for it.
+func (b *Budget) Unpause(h *Holder, writing bool) {
+	if h.paused == 0 {
+		return
+	}
+	h.paused = 0
+	b.watch(h, false)
+	h.setReading(b.log, true, writing, false)
+}
+
+// setReading puts the socket's interest in its loop's epoll set to read (on)
+// or to nothing but write when replies wait (off). With hangup, a client's
+// FIN (EPOLLRDHUP) reaches gnet, which then closes the connection: a
+// memory-paused client that leaves frees what it holds at once, instead of
+// at the idle timeout. (An output pause leaves it out: a client that
+// half-closes and then reads its replies slowly is served to the end.)
+// gnet itself turns reading back on when its outbound buffer drains;
+// Account turns it off again on the next pass if the connection is still
+// paused.
+func (h *Holder) setReading(log *slog.Logger, on, writing, hangup bool) {
+	if rs, ok := h.conn.(ReadSwitch); ok {
+		_ = rs.SetReading(on, writing, hangup)
+		return
+	}
+	if gc, ok := h.conn.(gnet.Conn); ok {
+		h.epollReading(log, gc, on, writing, hangup)
+	}
+}
+
+// watch adds h to the paused set (on) or takes it out.
+func (b *Budget) watch(h *Holder, on bool) {
+	b.mu.Lock()
+	if on {
+		b.paused[h] = struct{}{}
+	} else {
+		delete(b.paused, h)
+	}
+	b.mu.Unlock()
+}
+
+// pausedHolders returns the paused set, those holding the least first.
+func (b *Budget) pausedHolders() []*Holder {
+	b.mu.Lock()
+	list := make([]*Holder, 0, len(b.paused))
+	for h := range b.paused {
+		list = append(list, h)
+	}
+	b.mu.Unlock()
+	slices.SortFunc(list, func(x, y *Holder) int { return cmp.Compare(x.pub.Load(), y.pub.Load()) })
+	return list
+}
+
+// Tick is housekeeping's part, called from one goroutine: wake paused
+// connections to look at their output, let memory-paused ones go on when
+// there is room, close the worst holder as the last resort (all lists the
+// open connections' Holders; it is read only then), and return memory to
+// the OS after a peak.
+func (b *Budget) Tick(now time.Time, budget int64, all iter.Seq[*Holder]) {
+	total := b.held.Load()
+	room := budget*3/4 - total
+	for _, h := range b.pausedHolders() {
+		if room > 0 {
+			room -= h.pub.Load() + PauseFloor
+			h.resume.Store(true)
+		}
+		_ = h.conn.Wake(nil)
+	}
+	b.lastResort(now, total, budget, all)
+	b.freeOS(now, total)
+}
+
+// lastResort closes the connection holding the most when the node has been
+// over its budget for CloseGrace, or is over twice its budget.
+func (b *Budget) lastResort(now time.Time, total, budget int64, all iter.Seq[*Holder]) {
+	if total <= budget {
+		b.overSince = time.Time{}
+		return
+	}
+	if b.overSince.IsZero() {
+		b.overSince = now
+	}
+	if total <= 2*budget && (now.Sub(b.overSince) < CloseGrace || now.Sub(b.lastClose) < CloseEvery) {
+		return
+	}
+	var worst *Holder
+	for h := range all {
+		if worst == nil || h.pub.Load() > worst.pub.Load() {
+			worst = h
+		}
+	}
+	if worst == nil || worst.pub.Load() == 0 {
+		return
+	}
+	b.lastClose = now
+	b.closed.Add(1)
+	b.log.Warn("closing connection", "remote", worst.remote, "reason", "max_buffer_bytes: holds the most",
+		"bytes", worst.pub.Load(), "node_bytes", total, "limit", budget,
+		"over_for", now.Sub(b.overSince).Round(time.Millisecond).String())
+	_ = worst.conn.Close()
+}
+
+// freeOS returns freed buffer memory to the OS once the connections hold a
+// quarter of their peak or less, at most every FreeOSEvery: gnet's buffers
+// and the Go heap otherwise keep RSS near the peak long after the clients
+// left.
+func (b *Budget) freeOS(now time.Time, total int64) {
+	peak := b.peak.Load()
+	if peak < FreeOSMin || total > peak/4 || now.Sub(b.lastFree) < FreeOSEvery {
+		return
+	}
+	b.lastFree = now
+	b.peak.Store(total)
+	b.release()
+}
+
+// releaseMemory is Budget.release outside tests.
+func releaseMemory() {
+	runtime.GC() // gnet's buffer pools (sync.Pool) keep what they held for one more collection
+	debug.FreeOSMemory()
+}

@@ -1,0 +1,287 @@
+package netmem
+
+import (
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+)
+
+// fakeConn records what the budget does to a connection.
+type fakeConn struct {
+	wakes, closes int
+	reading       []string // each SetReading, as "on", "off", "off+w", "off+hup"...
+}
+
+func (f *fakeConn) Wake(gnet.AsyncCallback) error { f.wakes++; return nil }
+func (f *fakeConn) Close() error                  { f.closes++; return nil }
+func (f *fakeConn) SetReading(on, writing, hangup bool) error {
+	s := "off"
+	if on {
+		s = "on"
+	}
+	if writing {
+		s += "+w"
+	}
+	if hangup {
+		s += "+hup"
+	}
+	f.reading = append(f.reading, s)
+	return nil
+}
+
+var testLimits = Limits{Budget: 1 << 20, ConnOutput: 256 << 10, ConnBuffer: 8 << 20}
+
+func newTestBudget() *Budget { return New(slog.New(slog.NewTextHandler(io.Discard, nil))) }
+
+func newHolder(remote string) (*Holder, *fakeConn) {
+	f := &fakeConn{}
+	h := &Holder{}
+	h.Init(f, remote)
+	return h, f
+}
+
+// all lists holders as Tick wants them.
+func all(hs ...*Holder) func(func(*Holder) bool) { return slices.Values(hs) }
+
+// TestAccount drives one connection through passes, another holding a
+// fixed share of the node, and checks each pass's pauses, read interest and
+// counters.
+func TestAccount(t *testing.T) {
+	type pass struct {
+		in, out   int
+		other     int  // what the second connection holds (its input)
+		resume    bool // housekeeping let the connection go on before this pass
+		close     bool
+		paused    bool
+		reading   string // the SetReading of this pass, "" for none
+		mem, outp int64  // pauses counted so far
+	}
+	for _, tc := range []struct {
+		name   string
+		passes []pass
+	}{
+		{"under the budget nothing pauses", []pass{
+			{in: 500 << 10, paused: false},
+			{in: 0, out: 100 << 10, paused: false},
+		}},
+		{"over the budget a small holder goes on", []pass{
+			{in: PauseFloor - 1, other: 2 << 20},
+		}},
+		{"over the budget a large holder pauses, until resumed", []pass{
+			{in: PauseFloor, other: 2 << 20, paused: true, reading: "off+hup", mem: 1},
+			{in: PauseFloor, out: 10, other: 0, paused: true, reading: "off+w+hup", mem: 1}, // node under budget: still paused
+			{in: PauseFloor, other: 0, resume: true, reading: "on", mem: 1},
+			{in: PauseFloor, other: 2 << 20, paused: true, reading: "off+hup", mem: 2},
+		}},
+		{"output pauses past the cap, until half of it", []pass{
+			{out: 256<<10 + 1, paused: true, reading: "off+w", outp: 1},
+			{out: 200 << 10, paused: true, reading: "off+w", outp: 1},
+			{out: 128 << 10, reading: "on+w", outp: 1},
+			{out: 200 << 10, outp: 1},
+		}},
+		{"resume ends a memory pause, not an output pause", []pass{
+			{in: PauseFloor, out: 300 << 10, other: 2 << 20, paused: true, reading: "off+w+hup", mem: 1, outp: 1},
+			{in: PauseFloor, out: 300 << 10, other: 2 << 20, resume: true, paused: true, reading: "off+w", mem: 1, outp: 1},
+		}},
+		{"past the per-connection limit it closes", []pass{
+			{in: 8<<20 + 1, close: true},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newTestBudget()
+			h, f := newHolder("a")
+			other, _ := newHolder("b")
+			for i, p := range tc.passes {
+				b.Account(other, p.other, 0, noPause)
+				if p.resume {
+					h.resume.Store(true)
+				}
+				before := len(f.reading)
+				if got := b.Account(h, p.in, p.out, testLimits); got != p.close {
+					t.Fatalf("pass %d: close %v, want %v", i, got, p.close)
+				}
+				reading := ""
+				if len(f.reading) > before {
+					reading = f.reading[len(f.reading)-1]
+				}
+				st := b.Stats()
+				if h.Paused() != p.paused || reading != p.reading || st.MemPauses != p.mem || st.OutPauses != p.outp {
+					t.Fatalf("pass %d: paused %v reading %q pauses %d/%d, want %v %q %d/%d",
+						i, h.Paused(), reading, st.MemPauses, st.OutPauses, p.paused, p.reading, p.mem, p.outp)
+				}
+				if want := int64(p.in + p.out + p.other); !p.close && st.Held != want {
+					t.Fatalf("pass %d: held %d, want %d", i, st.Held, want)
+				}
+				if wantPaused := map[bool]int{true: 1}[p.paused]; !p.close && st.Paused != wantPaused {
+					t.Fatalf("pass %d: %d paused, want %d", i, st.Paused, wantPaused)
+				}
+				if p.close && st.Closed != 1 {
+					t.Fatalf("pass %d: closed %d, want 1", i, st.Closed)
+				}
+			}
+		})
+	}
+}
+
+// TestForgetAndUnpause: a closing connection leaves the figures; at
+// shutdown a paused connection is read again whatever it holds.
+func TestForgetAndUnpause(t *testing.T) {
+	b := newTestBudget()
+	h, f := newHolder("a")
+	b.Account(h, 2<<20, 0, testLimits)
+	if !h.Paused() || b.Stats().Paused != 1 {
+		t.Fatal("want a memory pause")
+	}
+	b.Unpause(h, true)
+	if h.Paused() || b.Stats().Paused != 0 || f.reading[len(f.reading)-1] != "on+w" {
+		t.Fatalf("after Unpause: paused %v, stats %+v, reading %v", h.Paused(), b.Stats(), f.reading)
+	}
+	b.Account(h, 2<<20, 0, testLimits)
+	b.Forget(h)
+	if st := b.Stats(); st.Held != 0 || st.Paused != 0 || h.Paused() {
+		t.Fatalf("after Forget: %+v, paused %v", st, h.Paused())
+	}
+}
+
+// noPause are limits under which a connection never pauses: the test's
+// other connections hold their share of the node with them.
+var noPause = Limits{Budget: 1 << 40, ConnOutput: 1 << 40, ConnBuffer: 1 << 40}
+
+// TestTickResumesSmallestFirst: paused connections go on, the least
+// holding first, while there is room under 3/4 of the budget (each one
+// taking PauseFloor more than it holds from the room); all are woken.
+func TestTickResumesSmallestFirst(t *testing.T) {
+	lim := Limits{Budget: 4 << 20, ConnOutput: 1 << 30, ConnBuffer: 1 << 30} // 3/4: 3072 KiB
+	sizes := []int{900 << 10, 100 << 10, 500 << 10, 300 << 10}               // 1800 KiB
+	for _, tc := range []struct {
+		extra   int    // held by a connection that is not paused
+		resumed []bool // per size
+	}{
+		{0, []bool{true, true, true, true}},              // room 1272: 100 → 1108, 300 → 744, 500 → 180, 900
+		{700 << 10, []bool{false, true, true, true}},     // room 572: 100 → 408, 300 → 44, 500
+		{1100 << 10, []bool{false, true, false, true}},   // room 172: 100 → 8, 300
+		{1300 << 10, []bool{false, false, false, false}}, // room -28
+	} {
+		b := newTestBudget()
+		big, _ := newHolder("big") // puts the node over its budget, then leaves
+		b.Account(big, 5<<20, 0, noPause)
+		var hs []*Holder
+		var fs []*fakeConn
+		for _, n := range sizes {
+			h, f := newHolder("c")
+			if b.Account(h, n, 0, lim); !h.Paused() {
+				t.Fatalf("holder of %d not paused", n)
+			}
+			hs, fs = append(hs, h), append(fs, f)
+		}
+		b.Forget(big)
+		extra, _ := newHolder("extra")
+		b.Account(extra, tc.extra, 0, noPause)
+		b.Tick(time.Unix(0, 0), lim.Budget, all(append(hs, extra)...))
+		for i, h := range hs {
+			if h.resume.Load() != tc.resumed[i] || fs[i].wakes != 1 {
+				t.Errorf("extra %d KiB: holder of %d KiB: resume %v, wakes %d; want %v, 1",
+					tc.extra>>10, sizes[i]>>10, h.resume.Load(), fs[i].wakes, tc.resumed[i])
+			}
+		}
+		b.Account(hs[1], sizes[1], 0, lim) // the pass after: a resumed connection goes on
+		if hs[1].Paused() == tc.resumed[1] {
+			t.Errorf("extra %d KiB: after the pass, paused %v", tc.extra>>10, hs[1].Paused())
+		}
+	}
+}
+
+// TestLastResort: the connection holding the most is closed after
+// CloseGrace over the budget, then at most one per CloseEvery; past twice
+// the budget at once; never under the budget.
+func TestLastResort(t *testing.T) {
+	lim := Limits{Budget: 1 << 20, ConnOutput: 1 << 30, ConnBuffer: 1 << 30}
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name   string
+		held   []int           // what each connection holds
+		ticks  []time.Duration // since t0
+		closes []int           // closes of the largest holder after each tick
+	}{
+		{"under the budget", []int{512 << 10, 256 << 10}, []time.Duration{0, 10 * time.Second}, []int{0, 0}},
+		{"over: grace, then one a second", []int{700 << 10, 500 << 10},
+			[]time.Duration{0, 4900 * time.Millisecond, 5 * time.Second, 5500 * time.Millisecond, 6 * time.Second},
+			[]int{0, 0, 1, 1, 2}},
+		{"over twice the budget: at once", []int{1500 << 10, 700 << 10},
+			[]time.Duration{0, 10 * time.Millisecond}, []int{1, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newTestBudget()
+			var hs []*Holder
+			var fs []*fakeConn
+			for _, n := range tc.held {
+				h, f := newHolder("c")
+				b.Account(h, 0, n, lim) // output: not paused, still held
+				hs, fs = append(hs, h), append(fs, f)
+			}
+			for i, d := range tc.ticks {
+				b.Tick(t0.Add(d), lim.Budget, all(hs...))
+				if fs[0].closes != tc.closes[i] || fs[1].closes != 0 {
+					t.Fatalf("tick %d (+%v): closes %d/%d, want %d/0", i, d, fs[0].closes, fs[1].closes, tc.closes[i])
+				}
+			}
+			if st := b.Stats(); st.Closed != int64(tc.closes[len(tc.closes)-1]) {
+				t.Fatalf("closed %d", st.Closed)
+			}
+		})
+	}
+	// Back under the budget, the grace starts over.
+	b := newTestBudget()
+	h, f := newHolder("c")
+	b.Account(h, 0, 2<<20-1, lim)
+	b.Tick(t0, lim.Budget, all(h))
+	b.Account(h, 0, 0, lim)
+	b.Tick(t0.Add(3*time.Second), lim.Budget, all(h))
+	b.Account(h, 0, 2<<20-1, lim)
+	b.Tick(t0.Add(6*time.Second), lim.Budget, all(h))
+	if f.closes != 0 {
+		t.Fatal("closed before a fresh grace")
+	}
+	b.Tick(t0.Add(11*time.Second), lim.Budget, all(h))
+	if f.closes != 1 {
+		t.Fatal("not closed after a fresh grace")
+	}
+}
+
+// TestFreeOS: freed memory goes back to the OS once the node holds a
+// quarter of a peak of at least FreeOSMin, at most every FreeOSEvery.
+func TestFreeOS(t *testing.T) {
+	lim := Limits{Budget: 1 << 40, ConnOutput: 1 << 40, ConnBuffer: 1 << 40}
+	t0 := time.Unix(1000, 0)
+	b := newTestBudget()
+	released := 0
+	b.release = func() { released++ }
+	h, _ := newHolder("c")
+	for _, step := range []struct {
+		held   int
+		at     time.Duration
+		wanted int
+	}{
+		{FreeOSMin - 1, 0, 0},            // peak under FreeOSMin
+		{0, time.Second, 0},              // still: the peak was small
+		{64 << 20, 20 * time.Second, 0},  // a peak, still held
+		{17 << 20, 21 * time.Second, 0},  // more than a quarter
+		{16 << 20, 22 * time.Second, 1},  // a quarter: released, peak now 16 MiB
+		{0, 40 * time.Second, 1},         // the new peak is under FreeOSMin
+		{128 << 20, 41 * time.Second, 1}, // a new peak
+		{0, 42 * time.Second, 2},         // 20 s since the last: released
+		{128 << 20, 43 * time.Second, 2}, //
+		{0, 44 * time.Second, 2},         // only 2 s since the last
+		{0, 52 * time.Second, 3},         // 10 s since the last
+	} {
+		b.Account(h, step.held, 0, lim)
+		b.Tick(t0.Add(step.at), lim.Budget, all(h))
+		if released != step.wanted {
+			t.Fatalf("at +%v holding %d: released %d times, want %d", step.at, step.held, released, step.wanted)
+		}
+	}
+}

@@ -1,0 +1,61 @@
+// Package netmem owns kvd's network memory budget: the bytes the client
+// connections hold in gnet's buffers (input not decoded yet, such as an
+// unfinished frame or a pipeline waiting behind a batch, and replies the
+// client has not read yet), their node-wide total against
+// max_buffer_bytes, which connections stop being read and when they go on,
+// which connection is closed as the last resort, and when freed memory goes
+// back to the OS. Without a bound a client that never reads, or that starts
+// a large frame and stalls, costs the node as much memory as it likes.
+//
+// A [Budget] is the node's view; each connection embeds a [Holder], its
+// share. At the end of every pass of its event loop the connection calls
+// [Budget.Account] with what gnet holds for it, and the budget decides:
+//
+//   - past [Limits].ConnBuffer (input or output alone) the connection is to
+//     be closed;
+//   - while its unsent replies pass [Limits].ConnOutput it is paused for
+//     output, until they drain under half of it;
+//   - while the node's total is over [Limits].Budget, a connection holding
+//     at least [PauseFloor] is paused for memory: it stops being read and
+//     served, and the client's further bytes wait in the kernel while TCP
+//     pushes back.
+//
+// The server's housekeeping calls [Budget.Tick] every few milliseconds. It
+// wakes every paused connection (gnet tells nobody when an outbound buffer
+// drains, so a pass must look again), lets memory-paused connections go on,
+// those holding the least first, while the total stays under 3/4 of the
+// budget; closes the connection holding the most as the last resort, when
+// the node has been over its budget for [CloseGrace] or is over twice its
+// budget, at most one per [CloseEvery]; and returns freed memory to the OS
+// once the connections hold a quarter of their peak or less (at least
+// [FreeOSMin] of peak, at most every [FreeOSEvery]).
+//
+// Pausing is about gnet: gnet reads every readable socket into its inbound
+// buffer and has no call to stop. A Holder takes the socket's read interest
+// out of its loop's epoll set, the loop's own poller, found once per
+// connection through gnet's internals (poll_linux.go, for the pinned gnet
+// v2.10; when they do not match, pausing is off with one warning in the
+// log, and the output stop and the close limits remain). That is why this
+// package may import gnet; the accounting itself only needs a [Conn].
+//
+// # Invariants
+//
+//   - The node's total is the sum of the figures its open Holders last
+//     accounted; [Budget.Forget] takes a closing connection's share out.
+//   - A Holder is in the budget's paused set exactly while it has a pause
+//     reason, and while it has one its socket is not read (where pausing
+//     works). A memory pause ends only through Tick (or [Budget.Unpause]
+//     at shutdown), never because one pass found the node under budget: the
+//     resumption order is the budget's, smallest holder first.
+//   - Connections holding less than [PauseFloor] are never paused for
+//     memory: a normal client's pipeline of small commands goes on.
+//
+// # Time and concurrency
+//
+// Time is an argument: Tick takes now; the package never reads the clock.
+// A Holder belongs to its connection's event loop: Account, Forget and
+// Unpause are called only there. Tick is called from one goroutine (the
+// server's housekeeping); it touches a Holder only through atomics and
+// through its Conn's Wake and Close, which gnet makes safe from any
+// goroutine. [Budget.Stats] is safe from any goroutine.
+package netmem

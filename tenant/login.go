@@ -1,0 +1,190 @@
+package tenant
+
+import (
+	"net"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Login pacing. Password verification (argon2id) is slow by design, so it
+// must neither run on the server's data workers nor let a flood of wrong
+// passwords take the CPU from the tenants' data commands. A [LoginGate]
+// paces the attempts:
+//
+//   - verification runs on the gate's own small pool (at most
+//     LoginOptions.Workers at once), never on the caller's goroutine;
+//   - attempts from one remote address (IP, any port) are verified one at
+//     a time, in arrival order;
+//   - after a failure, that address's next attempt waits loginDelay(fails):
+//     it doubles from loginDelayBase up to loginDelayMax; the failure count
+//     is forgotten after loginForget without a failure. The wait is a
+//     timer, never a sleep: the attempt simply starts later.
+const (
+	loginDelayBase = 50 * time.Millisecond
+	loginDelayMax  = 5 * time.Second
+	loginForget    = time.Minute
+	// loginPrune is the number of addresses past which idle, forgotten
+	// records are dropped.
+	loginPrune = 4096
+)
+
+// loginDelay is how long an address waits after its fails-th failure.
+func loginDelay(fails int) time.Duration {
+	if fails <= 0 {
+		return 0
+	}
+	return min(loginDelayMax, loginDelayBase<<min(fails-1, 16))
+}
+
+// LoginOptions configure a LoginGate.
+type LoginOptions struct {
+	// Workers is how many attempts are verified at once. Default (0 or
+	// less): a quarter of GOMAXPROCS, at least 1. An argon2id verification
+	// at HashPassword's parameters runs 2 threads and allocates 64 MiB, so
+	// more at once would take the cores (and the garbage collector) from
+	// the event loops.
+	Workers int
+	// Now is the clock, read when an attempt ends and when a wait is
+	// scheduled; the pacing itself takes time as an argument. Default
+	// time.Now.
+	Now func() time.Time
+}
+
+// EnsureDefaults fills the unset fields. Every value is valid after it.
+func (o *LoginOptions) EnsureDefaults() {
+	if o.Workers <= 0 {
+		o.Workers = max(1, runtime.GOMAXPROCS(0)/4)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// LoginGate orders and paces the login attempts of each remote address and
+// bounds how many are verified at once. Its methods are safe for
+// concurrent use; each attempt's verify and done run on a goroutine of the
+// gate's, never on Submit's caller.
+type LoginGate struct {
+	now func() time.Time
+	sem chan struct{} // one token per verification running
+
+	mu    sync.Mutex
+	addrs map[string]*loginAddr // guarded by mu
+}
+
+// loginAttempt is one queued attempt: verify reports success, done hands
+// the answer back.
+type loginAttempt struct {
+	verify func() bool
+	done   func()
+}
+
+// loginAddr is one remote address's attempts and failures. Its fields are
+// guarded by LoginGate.mu.
+type loginAddr struct {
+	queue   []loginAttempt // waiting, in arrival order
+	busy    bool           // an attempt is being verified, or a timer is pending
+	fails   int            // failures not yet forgotten
+	last    time.Time      // last failure
+	notTill time.Time      // the next attempt may start then
+}
+
+// NewLoginGate returns an empty gate.
+func NewLoginGate(opts LoginOptions) *LoginGate {
+	opts.EnsureDefaults()
+	return &LoginGate{now: opts.Now, sem: make(chan struct{}, opts.Workers), addrs: map[string]*loginAddr{}}
+}
+
+// Submit queues a login attempt from remote ("ip:port"; another form counts
+// as an address of its own). When the address's earlier attempts are done
+// and its wait has passed, verify runs on the gate's pool and reports
+// whether the credentials were right; done runs after the outcome has
+// been counted.
+func (g *LoginGate) Submit(remote string, verify func() bool, done func()) {
+	ip, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		ip = remote
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	a := g.addrs[ip]
+	if a == nil {
+		if len(g.addrs) >= loginPrune {
+			g.pruneLocked(g.now())
+		}
+		a = &loginAddr{}
+		g.addrs[ip] = a
+	}
+	a.queue = append(a.queue, loginAttempt{verify, done})
+	g.scheduleLocked(a)
+}
+
+// scheduleLocked starts the address's next attempt when it may start, or
+// sets a timer for when it may.
+func (g *LoginGate) scheduleLocked(a *loginAddr) {
+	if a.busy || len(a.queue) == 0 {
+		return
+	}
+	a.busy = true
+	if wait := a.wait(g.now()); wait > 0 {
+		time.AfterFunc(wait, func() {
+			g.mu.Lock()
+			a.busy = false
+			g.scheduleLocked(a)
+			g.mu.Unlock()
+		})
+		return
+	}
+	at := a.queue[0]
+	a.queue[0] = loginAttempt{}
+	a.queue = a.queue[1:]
+	go g.verify(a, at)
+}
+
+// verify runs one attempt on the bounded pool, records its outcome and
+// hands the answer back.
+func (g *LoginGate) verify(a *loginAddr, at loginAttempt) {
+	g.sem <- struct{}{}
+	ok := at.verify()
+	<-g.sem
+	now := g.now()
+	g.mu.Lock()
+	a.record(ok, now)
+	a.busy = false
+	g.scheduleLocked(a)
+	g.mu.Unlock()
+	at.done()
+}
+
+// pruneLocked drops the idle addresses whose failures are forgotten.
+func (g *LoginGate) pruneLocked(now time.Time) {
+	for ip, a := range g.addrs {
+		if a.idle(now) {
+			delete(g.addrs, ip)
+		}
+	}
+}
+
+// wait is how long the address's next attempt must still wait at now.
+func (a *loginAddr) wait(now time.Time) time.Duration { return a.notTill.Sub(now) }
+
+// record counts an attempt's outcome at now: a failure more (the count
+// forgotten first when the last one is older than loginForget), and when
+// the next attempt may start.
+func (a *loginAddr) record(ok bool, now time.Time) {
+	if now.Sub(a.last) > loginForget {
+		a.fails = 0
+	}
+	if !ok {
+		a.fails++
+		a.last = now
+	}
+	a.notTill = now.Add(loginDelay(a.fails))
+}
+
+// idle reports whether the address has nothing queued or running and its
+// failures are forgotten at now: its record can go.
+func (a *loginAddr) idle(now time.Time) bool {
+	return !a.busy && len(a.queue) == 0 && now.Sub(a.last) > loginForget
+}
