@@ -51,21 +51,20 @@
 // the throttle and bucket admin commands); those that do I/O or slow work
 // run as a one-command batch on a worker, like data; SASL_AUTH goes to
 // login.go instead, which paces attempts per remote address and verifies
-// passwords on its own small pool. stats.go gathers the
-// STAT groups, metrics.go the Prometheus figures; both are read at request
-// or scrape time from counters the data path keeps anyway, and shown.go
-// picks the buckets whose figures they list on a node with many (all up
-// to metrics_bucket_limit, the most active past it) and the node totals. server.go wires
+// passwords on its own small pool. The STAT groups and the Prometheus
+// figures are package observe's, read at request or scrape time from
+// counters the data path keeps anyway; observe.go is what observe reads of
+// the server (observe.Node) and the STAT forwarders. server.go wires
 // gnet and the housekeeping goroutine (throttle ticks, then in a cluster
 // catalog.TickCluster, which publishes the node's demand and applies its
 // shares; prober, idle sweep); shutdown.go the drain at shutdown; options.go
 // and reload.go hold the options, their reload, and how a reload reaches
-// open connections (revocation). cluster.go is the server's side of cluster
-// mode (Options.Cluster): users that arrive from etcd, STAT cluster and the
-// cluster's metrics; the catalog does the rest.
+// open connections (revocation), and in cluster mode (Options.Cluster) the
+// users that arrive from etcd; the catalog does the rest of cluster mode.
 //
-// Two concerns run beside every command. latency.go records each answered
-// command's end-to-end time (and its parked and queued parts) after the
+// Two concerns run beside every command. The connection records each
+// answered command's end-to-end time, parked and queued parts (package
+// latency: a latency.Log per connection) after the
 // pass's write, in per-bucket histograms kept one copy per loop. flow.go
 // (with flow_linux.go) bounds network memory: each pass reports the
 // connection's unread input and unsent output into a node-wide total;
