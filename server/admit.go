@@ -7,6 +7,7 @@ import (
 
 	"kvd/catalog"
 	"kvd/ingress"
+	"kvd/latency"
 	mc "kvd/protocol/binary"
 	"kvd/tenant"
 )
@@ -79,7 +80,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	}
 	b.release() // gives the deadline grant back too
 	c.bucket.Throttle().CountRejected()
-	c.lat.add(stateOf(c.bucket).latency(), classOf(req.Opcode), c.cmdStart, 0, 0)
+	c.lat.Add(stateOf(c.bucket).latency(), classOf(req.Opcode), c.cmdStart, 0, 0)
 	st := mc.StatusBusy
 	if d == ingress.TooLarge {
 		st = mc.StatusOutOfMemory
@@ -118,14 +119,14 @@ func (s *Server) throttled(c *conn, req *mc.Request, now time.Time) verdict {
 			body := strconv.AppendInt([]byte(`{"next_tick_us":`), s.throttle.NextTick(now), 10)
 			c.out = mc.AppendResponse(c.out, req.Alt(), &mc.Response{Opcode: req.Opcode,
 				Status: mc.StatusWouldThrottle, Opaque: req.Opaque, Datatype: mc.DatatypeJSON, Value: append(body, '}')})
-			c.lat.add(stateOf(b).latency(), classOf(req.Opcode), now, 0, 0)
+			c.lat.Add(stateOf(b).latency(), classOf(req.Opcode), now, 0, 0)
 			return admitAnswered
 		}
 		c.parkedSince = now
 	} else if waited := now.Sub(c.parkedSince); waited > s.limits().MaxThrottleWait {
 		b.Throttle().AddWait(waited)
 		b.Throttle().CountRejected()
-		c.lat.add(stateOf(b).latency(), classOf(req.Opcode), c.parkedSince, waited, 0)
+		c.lat.Add(stateOf(b).latency(), classOf(req.Opcode), c.parkedSince, waited, 0)
 		c.parkedSince = time.Time{}
 		c.replyError(req, mc.StatusTemporaryFailure, "throttled for "+strconv.FormatInt(waited.Milliseconds(), 10)+
 			" ms in bucket "+b.Name()+", longer than max_throttle_wait_ms="+
@@ -221,7 +222,7 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 	s.ingress.Settle(t, int64(len(it.Value)), now) // teaches the bucket's read estimate
 	endDeadline(&r, now)
 	s.ingress.Release(t, now)
-	c.lat.add(stateOf(b).latency(), classRead, now.Add(-r.throttled), r.throttled, 0)
+	c.lat.Add(stateOf(b).latency(), latency.Read, now.Add(-r.throttled), r.throttled, 0)
 	return true
 }
 
@@ -294,11 +295,11 @@ func (s *Server) abandon(b *batch, now time.Time) {
 }
 
 // classOf is a data command's latency class: its ticket pool's.
-func classOf(op mc.Opcode) int {
+func classOf(op mc.Opcode) latency.Class {
 	if poolOf(op) == ingress.Read {
-		return classRead
+		return latency.Read
 	}
-	return classWrite
+	return latency.Write
 }
 
 // poolOf is the ticket pool of a data command: reads from the read pool,
@@ -333,10 +334,10 @@ func estimated(op mc.Opcode) bool {
 // bucketState is the server's own per-bucket state, which the catalog
 // carries on each bucket (catalog.Bucket.Ext) without interpreting it.
 type bucketState struct {
-	adm          *ingress.Bucket               // the bucket's admission limits, queues and figures
-	dl           *ingress.BucketDeadline       // the bucket's deadline gate, windows and figures
-	lat          atomic.Pointer[bucketLatency] // end-to-end, parked and queued latency; nil until the first command
-	textCommands atomic.Int64                  // data commands that came over the text/meta protocol
+	adm          *ingress.Bucket                // the bucket's admission limits, queues and figures
+	dl           *ingress.BucketDeadline        // the bucket's deadline gate, windows and figures
+	lat          atomic.Pointer[latency.Bucket] // end-to-end, parked and queued latency; nil until the first command
+	textCommands atomic.Int64                   // data commands that came over the text/meta protocol
 }
 
 func stateOf(b *catalog.Bucket) *bucketState { return b.Ext().(*bucketState) }
@@ -344,11 +345,11 @@ func stateOf(b *catalog.Bucket) *bucketState { return b.Ext().(*bucketState) }
 // latency returns the bucket's histograms, made at its first command: they
 // cost 1.3 KiB a bucket, which a node with 100,000 mostly idle buckets
 // should not pay for the idle ones.
-func (st *bucketState) latency() *bucketLatency {
+func (st *bucketState) latency() *latency.Bucket {
 	if l := st.lat.Load(); l != nil {
 		return l
 	}
-	st.lat.CompareAndSwap(nil, new(bucketLatency))
+	st.lat.CompareAndSwap(nil, new(latency.Bucket))
 	return st.lat.Load()
 }
 
@@ -377,5 +378,5 @@ func (h bucketHooks) SettingsChanged(b *catalog.Bucket) {
 // deleted".
 func (h bucketHooks) BucketRemoved(b *catalog.Bucket) {
 	h.s.ingress.RemoveBucket(stateOf(b).adm, h.s.opts.Now())
-	h.s.retired.add(b)
+	h.s.view.Retire(b)
 }

@@ -10,6 +10,7 @@ import (
 
 	"kvd/catalog"
 	"kvd/ingress"
+	"kvd/latency"
 	"kvd/netmem"
 	"kvd/protocol/binary"
 	"kvd/tenant"
@@ -63,7 +64,7 @@ type conn struct {
 	throttledFor time.Duration // how long the next batched command was held
 	cmdStart     time.Time     // frame complete of the command being admitted
 	in           inputClock    // when the input's bytes arrived (arrival.go)
-	lat          latencyLog    // commands answered this pass, observed after the write
+	lat          latency.Log   // commands answered this pass, observed after the write
 
 	// The deadline grant of the command being admitted (with dl, its
 	// bucket's gate; nil when it holds none), and the reused body of
@@ -99,7 +100,7 @@ type conn struct {
 
 func newConn(s *Server, gc netConn, remote string) *conn {
 	c := &conn{srv: s, gc: gc, remote: remote, usersGen: s.usersGen.Load()}
-	c.lat.shard = int(s.connSeq.Add(1) % latencyShards)
+	c.lat.Shard = int(s.connSeq.Add(1) % latency.Shards)
 	c.mem.Init(gc, remote)
 	return c
 }
@@ -129,8 +130,8 @@ func (c *conn) onTraffic() gnet.Action {
 			c.out = c.out[:0]
 		}
 	}
-	if len(c.lat.pending) > 0 { // after the write; quiet commands answered with no bytes too
-		c.lat.written(c.srv.opts.Now())
+	if c.lat.Len() > 0 { // after the write; quiet commands answered with no bytes too
+		c.lat.Written(c.srv.opts.Now())
 	}
 	if c.quitting && c.inflight == nil {
 		return gnet.Close
@@ -414,7 +415,7 @@ func (c *conn) collectDone() {
 	if b.job == nil && b.bucket != nil {
 		lat := stateOf(b.bucket).latency()
 		for _, r := range b.reqs {
-			c.lat.add(lat, classOf(r.hdr.op), r.start, r.throttled, r.queued)
+			c.lat.Add(lat, classOf(r.hdr.op), r.start, r.throttled, r.queued)
 		}
 	}
 	if b.after != nil {

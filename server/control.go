@@ -338,7 +338,7 @@ func (c *conn) setNodeThrottle(req *mc.Request) {
 // Groups: "" (general), "bucket_details [name]", "throttle", "ingress",
 // "cluster" (cluster mode). An unknown group gets 0x01. Without an anonymous
 // bucket an unauthenticated connection gets 0x24 for every group. The
-// figures are gathered by the Server (stats.go); this only encodes them.
+// figures are gathered by package observe (observe.go); this only encodes them.
 func (c *conn) stats(req *mc.Request) {
 	if c.user == nil && c.srv.limits().AnonymousBucket == "" {
 		c.replyError(req, mc.StatusAccessDenied, "authenticate first: no anonymous access")

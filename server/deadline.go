@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"kvd/catalog"
 	"kvd/ingress"
 	"kvd/protocol/binary"
@@ -202,30 +200,4 @@ func (b *batch) deadlinePassed(r *request, waited time.Duration) {
 // while it waited for a ticket.
 func deadlinePassedReason(waited time.Duration) string {
 	return "deadline passed after " + strconv.FormatInt(waited.Milliseconds(), 10) + " ms in the queue"
-}
-
-var (
-	descDlRejected = desc("kvd_bucket_deadline_rejected_total", "Commands of the bucket answered 0x86 because their deadline could not be met (deadline admission).", "bucket")
-	descDlExpired  = desc("kvd_bucket_deadline_expired_total", "Commands of the bucket answered 0x86 because their deadline passed while they waited for a ticket.", "bucket")
-	descDlMissed   = desc("kvd_bucket_deadline_missed_total", "Commands of the bucket whose reply was ready after their deadline.", "bucket")
-	descDlWindow   = desc("kvd_bucket_deadline_window_seconds", "The execution-time percentile (deadline_percentile) of the bucket's window that its deadline demand uses, by command class.", "bucket", "class")
-)
-
-func describeDeadline(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDlRejected, descDlExpired, descDlMissed, descDlWindow} {
-		ch <- d
-	}
-}
-
-// collectDeadline exports the deadline figures STAT bucket_details shows,
-// for the buckets shown.
-func (s *Server) collectDeadline(ch chan<- prometheus.Metric, shown []*catalog.Bucket) {
-	for _, b := range shown {
-		st, name := stateOf(b).dl.Stats(), b.Name()
-		emitCounter(ch, descDlRejected, float64(st.Rejected), name)
-		emitCounter(ch, descDlExpired, float64(st.Expired), name)
-		emitCounter(ch, descDlMissed, float64(st.Missed), name)
-		emitGauge(ch, descDlWindow, st.ReadPXX.Seconds(), name, "read")
-		emitGauge(ch, descDlWindow, st.WritePXX.Seconds(), name, "write")
-	}
 }

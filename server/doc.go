@@ -52,28 +52,28 @@
 // run as a one-command batch on a worker, like data; SASL_AUTH goes to
 // the login gate instead (tenant.LoginGate), which paces attempts per
 // remote address and verifies passwords on its own small pool
-// (conn.authenticate, in control.go, is the job it runs). stats.go gathers the
-// STAT groups, metrics.go the Prometheus figures; both are read at request
-// or scrape time from counters the data path keeps anyway, and shown.go
-// picks the buckets whose figures they list on a node with many (all up
-// to metrics_bucket_limit, the most active past it) and the node totals. server.go wires
+// (conn.authenticate, in control.go, is the job it runs). The STAT groups
+// and the Prometheus figures are package observe's, read at request or
+// scrape time from counters the data path keeps anyway; observe.go is what
+// observe reads of the server (observe.Node) and the STAT forwarders.
+// server.go wires
 // gnet and the housekeeping goroutine (throttle ticks, then in a cluster
 // catalog.TickCluster, which publishes the node's demand and applies its
 // shares; prober, idle sweep); shutdown.go the drain at shutdown; options.go
 // and reload.go hold the options, their reload, and how a reload reaches
-// open connections (revocation). cluster.go is the server's side of cluster
-// mode (Options.Cluster): users that arrive from etcd, STAT cluster and the
-// cluster's metrics; the catalog does the rest.
+// open connections (revocation), and in cluster mode (Options.Cluster) the
+// users that arrive from etcd; the catalog does the rest of cluster mode.
 //
-// Two concerns run beside every command. latency.go records each answered
-// command's end-to-end time (and its parked and queued parts) after the
-// pass's write, in per-bucket histograms kept one copy per loop. Package
-// netmem bounds network memory: each pass reports the connection's unread
-// input and unsent output (conn.account, in conn.go) into a node-wide
-// total; past max_buffer_bytes the largest holders stop being read, a
-// connection whose unsent replies pass its cap stops decoding until they
-// drain (conn.outputFull), and the largest holder is closed only as the
-// last resort (netmem.Budget.Tick, from housekeeping).
+// Two concerns run beside every command. The connection records each
+// answered command's end-to-end time, parked and queued parts (package
+// latency: a latency.Log per connection) after the pass's write, in
+// per-bucket histograms kept one copy per loop. Package netmem bounds
+// network memory: each pass reports the connection's unread input and
+// unsent output (conn.account, in conn.go) into a node-wide total; past
+// max_buffer_bytes the largest holders stop being read, a connection whose
+// unsent replies pass its cap stops decoding until they drain
+// (conn.outputFull), and the largest holder is closed only as the last
+// resort (netmem.Budget.Tick, from housekeeping).
 //
 // A GET of a resident item: conn.go (serve, handle, precheck) → admit.go
 // (admit, checkThrottle, runOrCollect, serveResident) → reply.go

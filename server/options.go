@@ -109,7 +109,7 @@ type Options struct {
 	MaxThrottleWait time.Duration
 	// MetricsBucketLimit: /metrics and STAT bucket_details show every
 	// bucket while the node has at most this many, and past it only the
-	// most active ones, at most this many (server/shown.go). Default
+	// most active ones, at most this many (package observe, shown.go). Default
 	// DefaultMetricsBucketLimit.
 	MetricsBucketLimit int
 	// Ingress configures ticketed admission. Defaults: see package ingress.

@@ -89,6 +89,17 @@ func (s *Server) restartNeeded(next *Options) []string {
 	return out
 }
 
+// UsersChanged implements catalog.Observer: in a cluster, users that
+// arrive from etcd replace the node's users (an invalid list is refused
+// whole; the old users stay).
+func (h bucketHooks) UsersChanged(specs []catalog.UserSpec) error {
+	list, err := buildUsers(specs, h.s.log)
+	if err != nil {
+		return err
+	}
+	return h.s.users.Replace(list)
+}
+
 // Revocation: a config reload that removes a user, a user's access to a
 // bucket or a privilege (or changes the anonymous bucket) reaches every
 // open connection before its next command. Reconfigure bumps the server's

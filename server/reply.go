@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"kvd/engine"
+	"kvd/observe"
 	"kvd/protocol/binary"
 	"kvd/tenant"
 )
@@ -189,6 +190,12 @@ func statusOf(err error) (binary.Status, string) {
 		return binary.StatusOutOfMemory, reasonOf(err, engine.ErrNoSpace)
 	case errors.Is(err, engine.ErrClosed):
 		return binary.StatusTemporaryFailure, "server is shutting down"
+	case errors.Is(err, observe.ErrNoAccess):
+		return binary.StatusAccessDenied, reasonOf(err, observe.ErrNoAccess)
+	case errors.Is(err, observe.ErrNoBucket):
+		return binary.StatusKeyNotFound, reasonOf(err, observe.ErrNoBucket)
+	case errors.Is(err, observe.ErrNotCluster):
+		return binary.StatusKeyNotFound, reasonOf(err, observe.ErrNotCluster)
 	}
 	return binary.StatusInternal, err.Error()
 }

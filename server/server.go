@@ -14,6 +14,7 @@ import (
 	"kvd/engine"
 	"kvd/ingress"
 	"kvd/netmem"
+	"kvd/observe"
 	"kvd/tenant"
 )
 
@@ -45,12 +46,11 @@ type Server struct {
 	conns      connSet
 	currConns  atomic.Int64
 	totalConns atomic.Int64
-	connSeq    atomic.Uint64 // connections opened, numbering them (latencyShards)
+	connSeq    atomic.Uint64 // connections opened, numbering them (latency.Shards)
 	work       workers
 	logins     *tenant.LoginGate // paces and verifies SASL attempts
 	syncs      syncer
-	metrics    *metrics
-	retired    retiredTotals // figures of deleted buckets, for the node totals
+	view       *observe.View // STAT groups, /metrics and the node totals (observe.go)
 
 	stopHouse chan struct{}
 	houseDone chan struct{}
@@ -106,7 +106,7 @@ func (s *Server) open() (err error) {
 		return err
 	}
 	s.lim.Store(limitsOf(&s.opts))
-	s.metrics = newMetrics(s)
+	s.view = observe.New(node{s})
 	s.cat, err = catalog.Open(catalog.Options{DB: s.db, Throttle: s.throttle,
 		Defaults: s.opts.DefaultSettings, Logger: s.log, Observer: bucketHooks{s},
 		Cluster: s.opts.Cluster, Now: s.opts.Now()})

@@ -250,7 +250,7 @@ func (s *Server) execBatch(b *batch) (deferred bool) {
 		}
 		s.meter(b.bucket, r)
 		end := s.opts.Now()
-		s.metrics.observe(r.wu > 0 || r.mut, end.Sub(start))
+		s.view.Executed(r.wu > 0 || r.mut, end.Sub(start))
 		start = end
 		mutated = mutated || r.mut
 	}

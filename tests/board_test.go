@@ -34,7 +34,7 @@ var boardNoData = map[string]string{
 }
 
 // clusterOnlyTypes are the types of the metrics kvd exports only in a
-// cluster (server/cluster.go), which the single node of the test never
+// cluster (observe/cluster.go), which the single node of the test never
 // shows to Prometheus's metadata API. TestCluster checks them on real
 // cluster nodes.
 var clusterOnlyTypes = map[string]string{
@@ -225,7 +225,7 @@ func (b *board) checkQueries(t *testing.T, p *prometheus) {
 		hint := ""
 		if strings.Contains(q.expr, "kvd_bucket_command_latency") || strings.Contains(q.expr, "kvd_bucket_throttle_park") ||
 			strings.Contains(q.expr, "kvd_bucket_queue_wait") {
-			hint = " (the latency histograms of server/latency.go must be observed on the command path)"
+			hint = " (the latency histograms of package latency must be observed on the command path)"
 		}
 		t.Errorf("%s: no data%s\n  %s", q.where, hint, q.expr)
 	}

@@ -24,9 +24,11 @@ var allowedImports = map[string][]string{
 	// netmem is about gnet's connections: it pauses reading through gnet's poller.
 	"kvd/netmem": {"github.com/panjf2000/gnet/v2"},
 	"kvd/server": {"kvd/catalog", "kvd/protocol/binary", "kvd/protocol/text", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/probe", "kvd/netmem",
-		"kvd/gauge", "github.com/panjf2000/gnet/v2", "github.com/tidwall/gjson",
-		"github.com/prometheus/client_golang", "github.com/prometheus/client_model",
+		"kvd/gauge", "kvd/observe", "kvd/latency", "github.com/panjf2000/gnet/v2", "github.com/tidwall/gjson",
 		"github.com/cockroachdb/pebble/v2"},
+	"kvd/observe": {"kvd/catalog", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/gauge", "kvd/latency",
+		"github.com/prometheus/client_golang", "github.com/prometheus/client_model"},
+	"kvd/latency": {},
 	"kvd/catalog": {"kvd/engine", "kvd/tenant", "go.etcd.io/etcd/client/v3", "go.etcd.io/etcd/api/v3",
 		"go.uber.org/zap", "google.golang.org/grpc"},
 	"kvd/catalog/etcdtest":  {"kvd/internal/loopback"},

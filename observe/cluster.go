@@ -1,29 +1,17 @@
-package server
+package observe
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"kvd/catalog"
-	mc "kvd/protocol/binary"
 	"kvd/tenant"
 )
 
-// This file is the server's side of cluster mode (package catalog owns
-// the rest): users that arrive from etcd, STAT cluster, and the cluster's
-// Prometheus figures. On a single node, s.cat.Cluster() is nil and none of
-// it shows.
-
-// UsersChanged implements catalog.Observer: users from etcd replace the
-// node's users (an invalid list is refused whole; the old users stay).
-func (h bucketHooks) UsersChanged(specs []catalog.UserSpec) error {
-	list, err := buildUsers(specs, h.s.log)
-	if err != nil {
-		return err
-	}
-	return h.s.users.Replace(list)
-}
+// The cluster's figures: STAT cluster and the kvd_cluster_* series. On a
+// single node the catalog has no cluster and none of it shows.
 
 // clusterStat is the JSON document of STAT cluster.
 type clusterStat struct {
@@ -48,12 +36,14 @@ type shareStat struct {
 	ClusterUsage int64 `json:"cluster_usage"`
 }
 
-// clusterStats is STAT "cluster": the node's view of the cluster, with the
-// shares of the buckets canSee allows. A single node answers 0x01.
-func (s *Server) clusterStats(canSee func(string) bool) ([]byte, mc.Status, string) {
-	cl := s.cat.Cluster()
+// Cluster is STAT "cluster": the node's view of the cluster, with the
+// shares of the buckets canSee allows, as a JSON document. A single node
+// answers ErrNotCluster.
+func (v *View) Cluster(canSee func(string) bool) ([]byte, error) {
+	cat := v.node.Parts().Catalog
+	cl := cat.Cluster()
 	if cl == nil {
-		return nil, mc.StatusKeyNotFound, "not in a cluster: kvd was started without --cluster"
+		return nil, fmt.Errorf("%w: kvd was started without --cluster", ErrNotCluster)
 	}
 	st := cl.Status()
 	out := clusterStat{Node: st.Node, Etcd: st.State.String(), Members: st.Members, Shares: []shareStat{}}
@@ -66,14 +56,14 @@ func (s *Server) clusterStats(canSee func(string) bool) ([]byte, mc.Status, stri
 		}
 		ss := shareStat{Bucket: sh.Bucket, Reserved: tenant.Limit(sh.Reserved), HardLimit: tenant.Limit(sh.HardLimit),
 			ClusterUsage: st.Usage[sh.Bucket]}
-		if b, ok := s.cat.Get(sh.Bucket); ok {
+		if b, ok := cat.Get(sh.Bucket); ok {
 			set := b.Settings()
 			ss.TotalReserved, ss.TotalHardLimit = tenant.Limit(set.Reserved), tenant.Limit(set.HardLimit)
 		}
 		out.Shares = append(out.Shares, ss)
 	}
 	doc, _ := json.Marshal(out)
-	return doc, mc.StatusOK, ""
+	return doc, nil
 }
 
 var (
@@ -90,8 +80,8 @@ func describeCluster(ch chan<- *prometheus.Desc) {
 
 // collectCluster exports the last cluster tick's figures; nothing on a
 // single node.
-func (s *Server) collectCluster(ch chan<- prometheus.Metric) {
-	cl := s.cat.Cluster()
+func collectCluster(ch chan<- prometheus.Metric, cat *catalog.Catalog) {
+	cl := cat.Cluster()
 	if cl == nil {
 		return
 	}

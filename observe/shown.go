@@ -1,13 +1,13 @@
-package server
+package observe
 
 import (
 	"cmp"
 	"slices"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"kvd/catalog"
+	"kvd/latency"
 	"kvd/tenant"
 )
 
@@ -31,9 +31,9 @@ import (
 // does not drop off the page between two scrapes.
 const activeWindow = 300
 
-// shownBuckets returns the buckets of all whose per-bucket figures are
-// shown, given the limit (see above).
-func (s *Server) shownBuckets(all []*catalog.Bucket, limit int) []*catalog.Bucket {
+// shownBuckets returns the buckets of all whose per-bucket figures are shown,
+// given the limit and the node throttle's tick count now (see above).
+func shownBuckets(all []*catalog.Bucket, limit int, ticks int64) []*catalog.Bucket {
 	if len(all) <= limit {
 		return all
 	}
@@ -41,7 +41,7 @@ func (s *Server) shownBuckets(all []*catalog.Bucket, limit int) []*catalog.Bucke
 		b     *catalog.Bucket
 		score int64
 	}
-	since := s.throttle.Stats().Ticks - activeWindow
+	since := ticks - activeWindow
 	var active []ranked
 	for _, b := range all {
 		thr := b.Throttle()
@@ -60,62 +60,48 @@ func (s *Server) shownBuckets(all []*catalog.Bucket, limit int) []*catalog.Bucke
 	return out
 }
 
-// nodeTotals are figures summed over every bucket the node has had.
-type nodeTotals struct {
+// shown is shownBuckets over the node's buckets with its limit now.
+func (v *View) shown(all []*catalog.Bucket, front Front) []*catalog.Bucket {
+	return shownBuckets(all, front.BucketLimit, v.node.Parts().Throttle.Stats().Ticks)
+}
+
+// totals are figures summed over every bucket the node has had.
+type totals struct {
 	ru, wu, commands, throttled, rejected int64
-	lat                                   [2]latencyHist // end-to-end, by class
+	lat                                   [2]latency.Hist // end-to-end, by class
 }
 
-// add adds one bucket's figures.
-func (n *nodeTotals) add(b *catalog.Bucket) {
-	st := b.Throttle().Stats()
-	n.addStats(st)
-	if l := stateOf(b).lat.Load(); l != nil {
-		for class := range 2 {
-			l.mergeInto(&n.lat[class], latencyEndToEnd, class)
-		}
-	}
-}
-
-func (n *nodeTotals) addStats(st tenant.BucketStats) {
+// add adds one bucket's figures; lat may be nil.
+func (n *totals) add(st tenant.BucketStats, lat *latency.Bucket) {
 	n.ru += st.RU
 	n.wu += st.WU
 	n.commands += st.Commands
 	n.throttled += st.Throttled
 	n.rejected += st.Rejected
-}
-
-// merge adds o's counts into h. h must not be observed concurrently.
-func (h *latencyHist) merge(o *latencyHist) {
-	for i := range h.counts {
-		if v := o.counts[i].Load(); v != 0 {
-			h.counts[i].Add(v)
+	if lat != nil {
+		for class := range latency.Class(2) {
+			lat.MergeInto(&n.lat[class], latency.EndToEnd, class)
 		}
 	}
-	h.sumNS.Add(o.sumNS.Load())
 }
 
-// retiredTotals keep the figures of deleted buckets in the node totals.
-type retiredTotals struct {
-	mu sync.Mutex
-	n  nodeTotals // guarded by mu
-}
-
-func (r *retiredTotals) add(b *catalog.Bucket) {
-	r.mu.Lock()
-	r.n.add(b)
-	r.mu.Unlock()
-}
-
-// addTo adds the deleted buckets' figures to n.
-func (r *retiredTotals) addTo(n *nodeTotals) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n.ru, n.wu = n.ru+r.n.ru, n.wu+r.n.wu
-	n.commands, n.throttled, n.rejected = n.commands+r.n.commands, n.throttled+r.n.throttled, n.rejected+r.n.rejected
-	for class := range 2 {
-		n.lat[class].merge(&r.n.lat[class])
+// merge adds o's figures.
+func (n *totals) merge(o *totals) {
+	n.ru, n.wu = n.ru+o.ru, n.wu+o.wu
+	n.commands, n.throttled, n.rejected = n.commands+o.commands, n.throttled+o.throttled, n.rejected+o.rejected
+	for class := range n.lat {
+		n.lat[class].Merge(&o.lat[class])
 	}
+}
+
+// nodeTotals sums the figures of all (every bucket) and of the deleted ones.
+func (v *View) nodeTotals(all []*catalog.Bucket) *totals {
+	n := new(totals)
+	for _, b := range all {
+		n.add(b.Throttle().Stats(), v.node.State(b).Latency)
+	}
+	v.retired.addTo(n)
+	return n
 }
 
 var (
@@ -138,12 +124,8 @@ func describeTotals(ch chan<- *prometheus.Desc) {
 
 // collectTotals sends the node totals over all (every bucket) and the
 // number of buckets shown.
-func (s *Server) collectTotals(ch chan<- prometheus.Metric, all []*catalog.Bucket, shown int) {
-	var n nodeTotals
-	for _, b := range all {
-		n.add(b)
-	}
-	s.retired.addTo(&n)
+func (v *View) collectTotals(ch chan<- prometheus.Metric, all []*catalog.Bucket, shown int) {
+	n := v.nodeTotals(all)
 	emitGauge(ch, descBuckets, float64(len(all)))
 	emitGauge(ch, descBucketsShown, float64(shown))
 	emitCounter(ch, descNodeRU, float64(n.ru))
@@ -151,9 +133,9 @@ func (s *Server) collectTotals(ch chan<- prometheus.Metric, all []*catalog.Bucke
 	emitCounter(ch, descNodeCommands, float64(n.commands))
 	emitCounter(ch, descNodeThrottle, float64(n.throttled))
 	emitCounter(ch, descNodeRejected, float64(n.rejected))
-	for class := range 2 {
-		if buckets, count, sum := n.lat[class].snapshot(); count > 0 {
-			ch <- prometheus.MustNewConstHistogram(descNodeLatency, count, sum, buckets, classNames[class])
+	for class := range n.lat {
+		if buckets, count, sum := n.lat[class].Snapshot(); count > 0 {
+			ch <- prometheus.MustNewConstHistogram(descNodeLatency, count, sum, buckets, latency.ClassNames[class])
 		}
 	}
 }

@@ -1,61 +1,19 @@
-package server
+package observe
 
 import (
-	"net/http"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
 	"kvd/catalog"
+	"kvd/engine"
 	"kvd/ingress"
+	"kvd/latency"
 )
 
-// metrics is the server's Prometheus view. Almost everything is read at
-// scrape time from the counters the server keeps anyway (the collector
-// below), so the data path pays nothing for it; the one histogram observed
-// per command uses handles resolved once. Per-bucket series cover every
-// bucket up to metrics_bucket_limit, the most active ones past it
-// (shown.go).
-type metrics struct {
-	reg      *prometheus.Registry
-	duration [2]prometheus.Observer // by command class: read, write
-}
-
-const (
-	classRead  = 0
-	classWrite = 1
-)
-
-func newMetrics(s *Server) *metrics {
-	m := &metrics{reg: prometheus.NewRegistry()}
-	hist := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "kvd_command_duration_seconds",
-		Help:    "Execution time of data commands on a worker, by class (read or write), excluding queueing and WAL sync.",
-		Buckets: prometheus.ExponentialBuckets(1e-6, 2, 22),
-	}, []string{"class"})
-	m.duration[classRead] = hist.WithLabelValues("read")
-	m.duration[classWrite] = hist.WithLabelValues("write")
-	m.reg.MustRegister(hist, collector{s},
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
-}
-
-// MetricsHandler serves the Prometheus metrics.
-func (s *Server) MetricsHandler() http.Handler {
-	return promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
-}
-
-// observe records one data command's execution time.
-func (m *metrics) observe(write bool, d time.Duration) {
-	class := classRead
-	if write {
-		class = classWrite
-	}
-	m.duration[class].Observe(d.Seconds())
-}
+// The Prometheus figures. Almost everything is read at scrape time from the
+// counters the node keeps anyway (the collector below); per-bucket series
+// cover every bucket up to metrics_bucket_limit, the most active ones past
+// it (shown.go).
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)
@@ -92,8 +50,8 @@ var (
 	descItemEvict = desc("kvd_item_cache_evictions_total", "Items evicted from the item cache to stay within its budget.")
 )
 
-// collector reads the server's counters at scrape time.
-type collector struct{ s *Server }
+// collector reads the node's counters at scrape time.
+type collector struct{ v *View }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRU, descWU, descCommands, descTextCmds, descThrottled, descWait, descRejected,
@@ -110,54 +68,63 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
-	s := c.s
-	counter := func(d *prometheus.Desc, v float64, l ...string) { emitCounter(ch, d, v, l...) }
-	gauge := func(d *prometheus.Desc, v float64, l ...string) { emitGauge(ch, d, v, l...) }
-	all := s.cat.All()
-	shown := s.shownBuckets(all, s.limits().MetricsBucketLimit)
+	v := c.v
+	parts, front := v.node.Parts(), v.node.Front()
+	all := parts.Catalog.All()
+	shown := v.shown(all, front)
 	for _, b := range shown {
-		st := b.Throttle().Stats()
-		counter(descRU, float64(st.RU), b.Name())
-		counter(descWU, float64(st.WU), b.Name())
-		counter(descCommands, float64(st.Commands), b.Name())
-		counter(descTextCmds, float64(stateOf(b).textCommands.Load()), b.Name())
-		counter(descThrottled, float64(st.Throttled), b.Name())
-		counter(descWait, float64(st.WaitUS)/1e6, b.Name())
-		counter(descRejected, float64(st.Rejected), b.Name())
-		gauge(descClients, float64(st.Clients), b.Name())
-		gauge(descItems, float64(b.Store().ItemCount()), b.Name())
-		gauge(descReserved, float64(st.EffectiveReserved), b.Name())
-		if l := stateOf(b).lat.Load(); l != nil {
-			l.collect(ch, b.Name())
-		}
+		v.collectBucket(ch, b)
 	}
-	node := s.throttle.Stats()
-	gauge(descCapacity, float64(node.Capacity))
-	gauge(descFreePool, float64(node.FreePool))
-	gauge(descNodeLast, float64(node.LastSecond))
-	gauge(descConns, float64(s.currConns.Load()))
-	counter(descConnsTot, float64(s.totalConns.Load()))
-	s.collectTotals(ch, all, len(shown))
-	f := s.flow.Stats()
-	gauge(descBufBytes, float64(f.Held), "held")
-	gauge(descBufBytes, float64(s.limits().MaxBufferBytes), "limit")
-	gauge(descPaused, float64(f.Paused))
-	counter(descPauses, float64(f.MemPauses), "memory")
-	counter(descPauses, float64(f.OutPauses), "output")
-	counter(descMemClosed, float64(f.Closed))
-	c.collectPebble(ch)
-	s.collectIngress(ch, shown)
-	s.collectDeadline(ch, shown)
-	s.collectCluster(ch)
+	node := parts.Throttle.Stats()
+	emitGauge(ch, descCapacity, float64(node.Capacity))
+	emitGauge(ch, descFreePool, float64(node.FreePool))
+	emitGauge(ch, descNodeLast, float64(node.LastSecond))
+	emitGauge(ch, descConns, float64(front.Conns))
+	emitCounter(ch, descConnsTot, float64(front.TotalConns))
+	v.collectTotals(ch, all, len(shown))
+	collectBuffers(ch, front.Buffers)
+	collectPebble(ch, parts.DB)
+	v.collectIngress(ch, parts.Ingress, shown)
+	v.collectDeadline(ch, shown)
+	collectCluster(ch, parts.Catalog)
 }
 
-func (c collector) collectPebble(ch chan<- prometheus.Metric) {
-	m := c.s.db.Pebble().Metrics()
+// collectBucket sends one shown bucket's series.
+func (v *View) collectBucket(ch chan<- prometheus.Metric, b *catalog.Bucket) {
+	st, bs, name := b.Throttle().Stats(), v.node.State(b), b.Name()
+	emitCounter(ch, descRU, float64(st.RU), name)
+	emitCounter(ch, descWU, float64(st.WU), name)
+	emitCounter(ch, descCommands, float64(st.Commands), name)
+	emitCounter(ch, descTextCmds, float64(bs.TextCommands), name)
+	emitCounter(ch, descThrottled, float64(st.Throttled), name)
+	emitCounter(ch, descWait, float64(st.WaitUS)/1e6, name)
+	emitCounter(ch, descRejected, float64(st.Rejected), name)
+	emitGauge(ch, descClients, float64(st.Clients), name)
+	emitGauge(ch, descItems, float64(b.Store().ItemCount()), name)
+	emitGauge(ch, descReserved, float64(st.EffectiveReserved), name)
+	if bs.Latency != nil {
+		collectLatency(ch, bs.Latency, name)
+	}
+}
+
+// collectBuffers sends the network memory figures STAT shows.
+func collectBuffers(ch chan<- prometheus.Metric, f Buffers) {
+	emitGauge(ch, descBufBytes, float64(f.Held), "held")
+	emitGauge(ch, descBufBytes, float64(f.Limit), "limit")
+	emitGauge(ch, descPaused, float64(f.Paused))
+	emitCounter(ch, descPauses, float64(f.MemoryPauses), "memory")
+	emitCounter(ch, descPauses, float64(f.OutputPauses), "output")
+	emitCounter(ch, descMemClosed, float64(f.Closed))
+}
+
+// collectPebble sends the storage figures: Pebble's and the item cache's.
+func collectPebble(ch chan<- prometheus.Metric, db *engine.DB) {
+	m := db.Pebble().Metrics()
 	emitGauge(ch, descL0, float64(m.Levels[0].Sublevels))
 	emitGauge(ch, descDebt, float64(m.Compact.EstimatedDebt))
 	emitCounter(ch, descCacheHit, float64(m.BlockCache.Hits))
 	emitCounter(ch, descCacheMiss, float64(m.BlockCache.Misses))
-	ic := c.s.db.CacheStats()
+	ic := db.CacheStats()
 	emitGauge(ch, descItemBytes, float64(ic.Bytes), "resident")
 	emitGauge(ch, descItemBytes, float64(max(ic.Capacity, 0)), "capacity")
 	emitGauge(ch, descItemItems, float64(ic.Items))
@@ -191,6 +158,40 @@ func fsyncHistogram(h *dto.Histogram) prometheus.Metric {
 }
 
 var (
+	descLatency   = desc("kvd_bucket_command_latency_seconds", "End-to-end latency of the bucket's data commands, from the frame complete to the reply written (throttle parking, ticket queueing, execution and WAL sync included), by class (read or write).", "bucket", "class")
+	descParked    = desc("kvd_bucket_throttle_park_seconds", "Time the bucket's commands were parked by its throttle, per parked command, by class.", "bucket", "class")
+	descQueueWait = desc("kvd_bucket_queue_wait_seconds", "Time the bucket's commands waited for an ingress ticket, per queued command, by class.", "bucket", "class")
+
+	latencyDescs = [latency.NumKinds]*prometheus.Desc{descLatency, descParked, descQueueWait}
+)
+
+// describeLatency sends the latency descriptors (for collector.Describe).
+func describeLatency(ch chan<- *prometheus.Desc) {
+	for _, d := range latencyDescs {
+		ch <- d
+	}
+}
+
+// collectLatency sends a bucket's latency histograms (package latency) as
+// const histograms, skipping those that never had an observation (a
+// read-only bucket has no write series, a bucket never throttled has no
+// parking series).
+func collectLatency(ch chan<- prometheus.Metric, l *latency.Bucket, bucket string) {
+	for kind := range latency.NumKinds {
+		for class := range latency.Class(2) {
+			var h latency.Hist
+			l.MergeInto(&h, kind, class)
+			buckets, count, sum := h.Snapshot()
+			if count == 0 {
+				continue
+			}
+			ch <- prometheus.MustNewConstHistogram(latencyDescs[kind], count, sum, buckets,
+				bucket, latency.ClassNames[class])
+		}
+	}
+}
+
+var (
 	descTickets    = desc("kvd_ingress_tickets", "Ingress tickets by pool (read, write, ingress = node cap) and state (out, available, total).", "pool", "state")
 	descQueueLen   = desc("kvd_ingress_queue_length", "Commands waiting for an ingress ticket.", "pool")
 	descIngressCnt = desc("kvd_ingress_commands_total", "Ingress events by pool and kind (started, finished, queued, dequeued, canceled, rejected, expired, exempt_started, exempt_finished).", "pool", "kind")
@@ -218,8 +219,8 @@ func describeIngress(ch chan<- *prometheus.Desc) {
 
 // collectIngress exports the same figures STAT ingress shows, and the
 // admission figures of the buckets shown.
-func (s *Server) collectIngress(ch chan<- prometheus.Metric, shown []*catalog.Bucket) {
-	st := s.ingress.Stats()
+func (v *View) collectIngress(ch chan<- prometheus.Metric, ing *ingress.Controller, shown []*catalog.Bucket) {
+	st := ing.Stats()
 	for _, p := range []struct {
 		name string
 		ps   ingress.PoolStats
@@ -245,7 +246,7 @@ func (s *Server) collectIngress(ch chan<- prometheus.Metric, shown []*catalog.Bu
 	c(descMemEvents, float64(mem.Waited), "waited")
 	c(descMemEvents, float64(mem.Rejected), "rejected")
 	for _, b := range shown {
-		bs, name := stateOf(b).adm.Stats(), b.Name()
+		bs, name := v.node.State(b).Admission.Stats(), b.Name()
 		g(descBktInFl, float64(bs.InFlight), name)
 		g(descBktQueue, float64(bs.QueueLength), name)
 		c(descBktQWait, float64(bs.QueueWaitTimeUS)/1e6, name)
@@ -271,4 +272,30 @@ func collectPool(ch chan<- prometheus.Metric, pool string, ps ingress.PoolStats)
 	}
 	emitCounter(ch, descIngressSec, float64(ps.TotalTimeProcessingUS)/1e6, pool, "processing")
 	emitCounter(ch, descIngressSec, float64(ps.TotalTimeQueuedUS)/1e6, pool, "queued")
+}
+
+var (
+	descDlRejected = desc("kvd_bucket_deadline_rejected_total", "Commands of the bucket answered 0x86 because their deadline could not be met (deadline admission).", "bucket")
+	descDlExpired  = desc("kvd_bucket_deadline_expired_total", "Commands of the bucket answered 0x86 because their deadline passed while they waited for a ticket.", "bucket")
+	descDlMissed   = desc("kvd_bucket_deadline_missed_total", "Commands of the bucket whose reply was ready after their deadline.", "bucket")
+	descDlWindow   = desc("kvd_bucket_deadline_window_seconds", "The execution-time percentile (deadline_percentile) of the bucket's window that its deadline demand uses, by command class.", "bucket", "class")
+)
+
+func describeDeadline(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descDlRejected, descDlExpired, descDlMissed, descDlWindow} {
+		ch <- d
+	}
+}
+
+// collectDeadline exports the deadline figures STAT bucket_details shows,
+// for the buckets shown.
+func (v *View) collectDeadline(ch chan<- prometheus.Metric, shown []*catalog.Bucket) {
+	for _, b := range shown {
+		st, name := v.node.State(b).Deadline.Stats(), b.Name()
+		emitCounter(ch, descDlRejected, float64(st.Rejected), name)
+		emitCounter(ch, descDlExpired, float64(st.Expired), name)
+		emitCounter(ch, descDlMissed, float64(st.Missed), name)
+		emitGauge(ch, descDlWindow, st.ReadPXX.Seconds(), name, "read")
+		emitGauge(ch, descDlWindow, st.WritePXX.Seconds(), name, "write")
+	}
 }

@@ -1,39 +1,39 @@
-package server
+package observe
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 
 	"kvd/catalog"
-	mc "kvd/protocol/binary"
 	"kvd/tenant"
 )
 
-// The STAT groups are gathered here, by the Server, and encoded by the
-// connection that asked (control.go): emit receives one statistic.
-type emitFunc func(name string, value []byte)
+// The STAT groups are gathered here and encoded by the connection that
+// asked, in the protocol it speaks: Emit receives one statistic.
+type Emit func(name string, value []byte)
 
-func emitInt(emit emitFunc, name string, v int64) {
+func emitInt(emit Emit, name string, v int64) {
 	var b [20]byte
 	emit(name, strconv.AppendInt(b[:0], v, 10))
 }
 
-// generalStats are memcached's node figures plus those of the bucket b the
-// asking connection has selected (a tenant sees only its own bucket's
-// counters); b may be nil.
-func (s *Server) generalStats(b *catalog.Bucket, emit emitFunc) {
-	now := s.opts.Now()
-	emitInt(emit, "pid", int64(s.pid))
-	emitInt(emit, "uptime", int64(now.Sub(s.started).Seconds()))
-	emitInt(emit, "time", now.Unix())
-	emit("version", []byte(Version))
-	emitInt(emit, "threads", int64(s.opts.Loops))
-	emitInt(emit, "curr_connections", s.currConns.Load())
-	emitInt(emit, "total_connections", s.totalConns.Load())
-	emitInt(emit, "max_connections", int64(s.limits().MaxConnections))
-	s.bufferStats(emit)
+// General is the general STAT group: memcached's node figures plus those
+// of the bucket b the asking connection has selected (a tenant sees only
+// its own bucket's counters); b may be nil.
+func (v *View) General(b *catalog.Bucket, emit Emit) {
+	f := v.node.Front()
+	emitInt(emit, "pid", int64(f.PID))
+	emitInt(emit, "uptime", int64(f.Now.Sub(f.Started).Seconds()))
+	emitInt(emit, "time", f.Now.Unix())
+	emit("version", []byte(f.Version))
+	emitInt(emit, "threads", int64(f.Threads))
+	emitInt(emit, "curr_connections", f.Conns)
+	emitInt(emit, "total_connections", f.TotalConns)
+	emitInt(emit, "max_connections", int64(f.MaxConns))
+	bufferStats(emit, f.Buffers)
 	if b == nil || b.Deleted() {
 		return
 	}
@@ -47,9 +47,19 @@ func (s *Server) generalStats(b *catalog.Bucket, emit emitFunc) {
 	emitInt(emit, "touch_hits", n.TouchHits.Load())
 	emitInt(emit, "touch_misses", n.TouchMisses.Load())
 	emitInt(emit, "curr_items", b.Store().ItemCount())
-	txt := stateOf(b).textCommands.Load()
+	txt := v.node.State(b).TextCommands
 	emitInt(emit, "text_commands", txt)
 	emitInt(emit, "binary_commands", b.Throttle().Stats().Commands-txt)
+}
+
+// bufferStats are the network memory figures.
+func bufferStats(emit Emit, f Buffers) {
+	emitInt(emit, "buffer_bytes", f.Held)
+	emitInt(emit, "max_buffer_bytes", f.Limit)
+	emitInt(emit, "conns_paused", f.Paused)
+	emitInt(emit, "conn_pauses_memory", f.MemoryPauses)
+	emitInt(emit, "conn_pauses_output", f.OutputPauses)
+	emitInt(emit, "conns_closed_memory", f.Closed)
 }
 
 // bucketDetail is the JSON document of STAT bucket_details.
@@ -93,9 +103,10 @@ type bucketDetail struct {
 	WindowWritePXXUS    int64 `json:"window_write_pXX_us"`
 }
 
-func detailOf(b *catalog.Bucket) bucketDetail {
-	st, ad, dl := b.Throttle().Stats(), stateOf(b).adm.Stats(), stateOf(b).dl.Stats()
-	txt := stateOf(b).textCommands.Load()
+func (v *View) detailOf(b *catalog.Bucket) bucketDetail {
+	bs := v.node.State(b)
+	st, ad, dl := b.Throttle().Stats(), bs.Admission.Stats(), bs.Deadline.Stats()
+	txt := bs.TextCommands
 	return bucketDetail{
 		InFlight: ad.InFlight, QueueLength: ad.QueueLength, NumQueued: ad.NumQueued,
 		NumQueueFull: ad.NumQueueFull, NumTimedOut: ad.NumTimedOut, QueueWaitTime: ad.QueueWaitTimeUS,
@@ -113,33 +124,36 @@ func detailOf(b *catalog.Bucket) bucketDetail {
 	}
 }
 
-// bucketDetails is STAT "bucket_details NAME": that bucket's JSON document
-// under its name; for "bucket_details", {"buckets":[…], "buckets_total":
-// N, "buckets_omitted": M} of the buckets for which canSee is true, sorted
-// by name: all of them while there are at most metrics_bucket_limit, the
-// most active ones past it (shown.go), M being those left out; for
-// "bucket_details *", all of them whatever their number.
-func (s *Server) bucketDetails(name string, canSee func(string) bool) (string, []byte, mc.Status, string) {
+// BucketDetails is STAT "bucket_details NAME": that bucket's JSON document
+// under its name (ErrNoAccess unless canSee(NAME), ErrNoBucket for a bucket
+// the node does not have); for "bucket_details", {"buckets":[…],
+// "buckets_total": N, "buckets_omitted": M} of the buckets for which canSee
+// is true, sorted by name: all of them while there are at most
+// metrics_bucket_limit, the most active ones past it (shown.go), M being
+// those left out; for "bucket_details *", all of them whatever their
+// number. It returns the statistic's name and its document.
+func (v *View) BucketDetails(name string, canSee func(string) bool) (string, []byte, error) {
+	cat := v.node.Parts().Catalog
 	if name != "" && name != "*" {
-		b, ok := s.cat.Get(name)
+		b, ok := cat.Get(name)
 		switch {
 		case !canSee(name):
-			return "", nil, mc.StatusAccessDenied, "no access to bucket " + name
+			return "", nil, fmt.Errorf("%w %s", ErrNoAccess, name)
 		case !ok:
-			return "", nil, mc.StatusKeyNotFound, "no such bucket: " + name
+			return "", nil, fmt.Errorf("%w: %s", ErrNoBucket, name)
 		}
-		doc, _ := json.Marshal(detailOf(b))
-		return name, doc, mc.StatusOK, ""
+		doc, _ := json.Marshal(v.detailOf(b))
+		return name, doc, nil
 	}
 	var visible []*catalog.Bucket
-	for _, b := range s.cat.All() {
+	for _, b := range cat.All() {
 		if canSee(b.Name()) {
 			visible = append(visible, b)
 		}
 	}
 	shown := visible
 	if name != "*" {
-		shown = s.shownBuckets(visible, s.limits().MetricsBucketLimit)
+		shown = v.shown(visible, v.node.Front())
 	}
 	slices.SortFunc(shown, func(x, y *catalog.Bucket) int { return strings.Compare(x.Name(), y.Name()) })
 	all := struct {
@@ -148,16 +162,17 @@ func (s *Server) bucketDetails(name string, canSee func(string) bool) (string, [
 		Omitted int            `json:"buckets_omitted"`
 	}{Buckets: make([]bucketDetail, 0, len(shown)), Total: len(visible), Omitted: len(visible) - len(shown)}
 	for _, b := range shown {
-		all.Buckets = append(all.Buckets, detailOf(b))
+		all.Buckets = append(all.Buckets, v.detailOf(b))
 	}
 	doc, _ := json.Marshal(all)
-	return "bucket_details", doc, mc.StatusOK, ""
+	return "bucket_details", doc, nil
 }
 
-// throttleStats is STAT "throttle": the node's capacity, free pool and tick.
-func (s *Server) throttleStats(emit emitFunc) {
-	st := s.throttle.Stats()
-	def := s.cat.Defaults()
+// Throttle is STAT "throttle": the node's capacity, free pool and tick.
+func (v *View) Throttle(emit Emit) {
+	parts := v.node.Parts()
+	st := parts.Throttle.Stats()
+	def := parts.Catalog.Defaults()
 	emitInt(emit, "capacity", st.Capacity)
 	emitInt(emit, "free_pool", st.FreePool)
 	emitInt(emit, "free_pool_used", st.FreeUsed)
@@ -171,21 +186,8 @@ func (s *Server) throttleStats(emit emitFunc) {
 	emit("default_throttle_hard_limit", []byte(tenant.FormatLimit(def.HardLimit)))
 }
 
-// ingressStats is STAT "ingress": one stat per figure, named <pool>_<figure>
+// Ingress is STAT "ingress": one stat per figure, named <pool>_<figure>
 // and probe_<figure> as SPEC section 6 lists them.
-func (s *Server) ingressStats(emit emitFunc) {
-	s.ingress.Stats().Figures(func(name string, v int64) { emitInt(emit, name, v) })
-}
-
-// bufferStats are the network memory figures (package netmem): bytes held
-// in the connections' buffers and the budget, connections paused now,
-// pauses by reason since start, and connections closed for memory.
-func (s *Server) bufferStats(emit emitFunc) {
-	f := s.flow.Stats()
-	emitInt(emit, "buffer_bytes", f.Held)
-	emitInt(emit, "max_buffer_bytes", s.limits().MaxBufferBytes)
-	emitInt(emit, "conns_paused", int64(f.Paused))
-	emitInt(emit, "conn_pauses_memory", f.MemPauses)
-	emitInt(emit, "conn_pauses_output", f.OutPauses)
-	emitInt(emit, "conns_closed_memory", f.Closed)
+func (v *View) Ingress(emit Emit) {
+	v.node.Parts().Ingress.Stats().Figures(func(name string, n int64) { emitInt(emit, name, n) })
 }
