@@ -11,6 +11,7 @@ import (
 	"kvd/catalog"
 	"kvd/ingress"
 	"kvd/protocol/binary"
+	"kvd/protocol/translate"
 	"kvd/tenant"
 )
 
@@ -30,6 +31,14 @@ const (
 	featAltRequest
 	featReportUnits
 	featNonBlocking
+)
+
+// Connection protocols: memcached's text and meta protocols share the port
+// with binary, and the first byte of a connection decides (detect).
+const (
+	protoUnknown uint8 = iota
+	protoBinary
+	protoText
 )
 
 // netConn is what a conn needs of its gnet.Conn. It is the seam that lets
@@ -71,14 +80,14 @@ type conn struct {
 	grant   ingress.Grant
 	scratch []byte
 
-	out      []byte    // replies of this pass, written once at the end
-	peek     []byte    // value buffer of GETs answered on the loop
-	inflight *batch    // batch executing off the loop, nil when none
-	collect  *batch    // batch being assembled in this pass
-	quitting bool      // QUIT seen: close after flushing
-	proto    uint8     // protoUnknown until the first byte, then protoBinary or protoText
-	txt      *textConn // text/meta protocol state, nil for binary
-	usersGen uint64    // the users generation this connection last checked (reload.go: revoke)
+	out      []byte             // replies of this pass, written once at the end
+	peek     []byte             // value buffer of GETs answered on the loop
+	inflight *batch             // batch executing off the loop, nil when none
+	collect  *batch             // batch being assembled in this pass
+	quitting bool               // QUIT seen: close after flushing
+	proto    uint8              // protoUnknown until the first byte, then protoBinary or protoText
+	txt      *translate.Session // text/meta translation (conn_text.go), nil for binary
+	usersGen uint64             // the users generation this connection last checked (reload.go: revoke)
 
 	// Network memory (flow.go): what the connection held at the end of its
 	// last pass (heldPub is the copy housekeeping reads), why it is paused,
@@ -87,7 +96,7 @@ type conn struct {
 	held      int64
 	paused    uint8
 	stopped   bool
-	swallow   int // bytes of a refused frame still to discard (refuseLarge)
+	swallow   int // bytes of a refused frame still to discard (refuseLarge, a text data block)
 	epfd      int
 	heldPub   atomic.Int64
 	memResume atomic.Bool // housekeeping lets a memory-paused connection go on
@@ -197,6 +206,25 @@ func (c *conn) serve() gnet.Action {
 	return gnet.None
 }
 
+// detect decides the connection's protocol from its first byte: 0x80 or
+// 0x08 binary, anything else text (unless DisableText).
+func (c *conn) detect() bool {
+	if c.gc.InboundBuffered() == 0 {
+		return false
+	}
+	b, _ := c.gc.Peek(1)
+	if len(b) == 0 {
+		return false
+	}
+	if b[0] == byte(binary.MagicRequest) || b[0] == byte(binary.MagicAltRequest) || c.srv.opts.DisableText {
+		c.proto = protoBinary
+		return true
+	}
+	c.proto = protoText
+	c.txt = translate.NewSession(c.srv.opts.MaxItemSize)
+	return true
+}
+
 // mayDecode is checked before each command of either protocol: a reload
 // that revoked the user's access applies before the next command
 // (checkUsers); a paused connection, or one whose unsent replies reach
@@ -293,20 +321,27 @@ func (c *conn) handle(req *binary.Request) bool {
 		return true
 	}
 	if isData(req.Opcode) {
-		if status, reason := c.precheck(req); status != binary.StatusOK {
-			if c.collect != nil {
-				return false
-			}
-			c.replyError(req, status, reason)
-			return true
-		}
-		return c.batchData(req)
+		return c.runData(req)
 	}
 	if c.collect != nil {
 		return false
 	}
 	c.handleControl(req)
 	return true
+}
+
+// runData passes a data command through precheck and admission: a binary
+// one, or one a text command was translated into (conn_text.go). It
+// returns false when the command must wait (batchData).
+func (c *conn) runData(req *binary.Request) bool {
+	if status, reason := c.precheck(req); status != binary.StatusOK {
+		if c.collect != nil {
+			return false
+		}
+		c.replyError(req, status, reason)
+		return true
+	}
+	return c.batchData(req)
 }
 
 // precheck answers what can be decided on the loop before a data command
