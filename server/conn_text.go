@@ -56,7 +56,7 @@ func (c *conn) decodeText() int {
 	t := c.txt
 	buf := c.peekText()
 	n, ok := t.Decode(buf)
-	if need := t.Need(buf); !ok && need > len(buf) && need <= c.gc.InboundBuffered() {
+	if need := t.Need(); need > len(buf) && need <= c.gc.InboundBuffered() {
 		buf, _ = c.gc.Peek(need)
 		n, ok = t.Decode(buf)
 	}

@@ -220,12 +220,13 @@ func TestNeed(t *testing.T) {
 		{"ms k 3 T1\r\n", 11 + 3 + 2},
 		{"set k 0 0", 0},
 		{"get a b", 0},
+		{"set k 0 0 1\r\nx\r\n", 0}, // complete
 	} {
 		s := NewSession(0)
-		if _, ok := s.Decode([]byte(tc.in)); ok {
-			t.Errorf("%q: decoded, want incomplete", tc.in)
+		if _, ok := s.Decode([]byte(tc.in)); ok != (tc.need == 0 && tc.in[len(tc.in)-1] == '\n') {
+			t.Errorf("%q: decoded %v", tc.in, ok)
 		}
-		if got := s.Need([]byte(tc.in)); got != tc.need {
+		if got := s.Need(); got != tc.need {
 			t.Errorf("%q: Need %d, want %d", tc.in, got, tc.need)
 		}
 	}

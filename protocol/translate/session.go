@@ -10,7 +10,7 @@
 // multi-get got, and a refused command's held error. The server drives it
 // one step at a time:
 //
-//	n, ok := s.Decode(buf) // ok false: incomplete (Need says how much)
+//	n, ok := s.Decode(buf) // ok false: incomplete (Need: how much a storage command needs)
 //	for st := s.Next(); st != translate.Done; st = s.Next() {
 //		// Run: admit s.Request() (s.Reply fills what its reply needs)
 //		// Answer: append s.Answer(); Control: answer s.Command()
@@ -79,6 +79,7 @@ type Session struct {
 	extras [mc.ArithExtrasLen]byte // its extras
 	cur    Reply                   // what its reply needs
 	answer []byte                  // the bytes of an Answer step
+	need   int                     // an incomplete storage command's full length
 	step   int                     // steps of the current command already carried out
 	abort  bool                    // a key of the current multi-get was refused
 	held   held                    // a refused command, answered by Next
@@ -112,10 +113,11 @@ func (s *Session) Options() text.DecodeOptions { return s.opts }
 // holds no complete command yet (Need tells a storage command's full
 // length). Otherwise the command takes n bytes, which may be 0 for a
 // refusal: a command Decode refuses is held (Held), and Next answers it
-// once Swallow more bytes have been dropped. Decode must not be called
-// while a refusal is held.
+// once its n bytes and Swallow more have been dropped. Decode must not be
+// called while a refusal is held.
 func (s *Session) Decode(buf []byte) (n int, ok bool) {
 	n, err := text.Decode(buf, s.opts, &s.cmd)
+	s.need = 0
 	if e, isErr := err.(*text.Error); isErr { // Decode's errors are always *text.Error
 		h := &s.held
 		h.set, h.close, h.unlink, h.kind = true, e.Close, e.Unlink, s.cmd.Kind
@@ -124,19 +126,17 @@ func (s *Session) Decode(buf []byte) (n int, ok bool) {
 		h.key = append(h.key[:0], s.cmd.Key...)
 		return n, true
 	}
+	if n == 0 && s.cmd.Kind.Storage() {
+		s.need = bytes.IndexByte(buf, '\n') + 1 + s.cmd.DataLen() + 2
+	}
 	return n, n > 0
 }
 
-// Need is, after Decode found buf incomplete, the length of the storage
-// command whose line buf holds (line, data block and "\r\n"), or 0 when buf
-// does not hold a whole storage line. A caller that peeks its input
-// piecewise peeks that much once it is buffered and decodes again.
-func (s *Session) Need(buf []byte) int {
-	if !s.cmd.Kind.Storage() {
-		return 0
-	}
-	return bytes.IndexByte(buf, '\n') + 1 + s.cmd.DataLen() + 2
-}
+// Need is, after Decode found its buffer incomplete, the length of the
+// storage command whose line it holds (line, data block and "\r\n"); 0
+// otherwise. A caller that peeks its input piecewise peeks that much once
+// it is buffered and decodes again.
+func (s *Session) Need() int { return s.need }
 
 // Held reports whether a refused command waits to be answered.
 func (s *Session) Held() bool { return s.held.set }
