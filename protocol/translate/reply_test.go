@@ -167,3 +167,28 @@ func TestSessionAllocs(t *testing.T) {
 		t.Errorf("decode and translate: %v allocations, want 0", n)
 	}
 }
+
+// BenchmarkTranslate: decoding a command, translating it and encoding its
+// reply, per command (a get and an ms with return flags).
+func BenchmarkTranslate(b *testing.B) {
+	s := NewSession(0)
+	in := []byte("get key\r\nms key 5 T60 F3 c\r\nvalue\r\n")
+	res := Result{Status: mc.StatusOK, Key: []byte("key"), Value: []byte("value"), Flags: 3, CAS: 99}
+	var r Reply
+	dst := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		dst = dst[:0]
+		for buf := in; len(buf) > 0; {
+			n, _ := s.Decode(buf)
+			for st := s.Next(); st != Done; st = s.Next() {
+				s.Reply(&r, nil)
+				res.Op = s.Request().Opcode
+				dst = r.Append(dst, &res, now)
+				s.Ran()
+			}
+			buf = buf[n:]
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/command")
+}
