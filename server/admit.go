@@ -209,7 +209,7 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 	if c.txt != nil {
 		stateOf(b).textCommands.Add(1)
 		r.key, r.res, r.flags, r.cas, r.exp = req.Key, it.Value, it.Flags, it.CAS, it.Expiry
-		c.txt.setReply(&r, &c.txt.aux)
+		c.txt.Reply(&r.txt, nil)
 		c.out = c.appendText(c.out, &r)
 	} else {
 		var key []byte
@@ -242,7 +242,7 @@ func (c *conn) addReq(b *batch, req *mc.Request) *request {
 	r.start = c.cmdStart
 	r.dl, r.grant, c.dl, c.grant = c.dl, c.grant, nil, ingress.Grant{}
 	if c.txt != nil {
-		c.txt.setReply(r, &r.aux)
+		c.txt.Reply(&r.txt, &r.aux)
 	}
 	return r
 }

@@ -13,6 +13,7 @@ import (
 	"kvd/latency"
 	"kvd/netmem"
 	"kvd/protocol/binary"
+	"kvd/protocol/translate"
 	"kvd/tenant"
 )
 
@@ -32,6 +33,14 @@ const (
 	featAltRequest
 	featReportUnits
 	featNonBlocking
+)
+
+// Connection protocols: memcached's text and meta protocols share the port
+// with binary, and the first byte of a connection decides (detect).
+const (
+	protoUnknown uint8 = iota
+	protoBinary
+	protoText
 )
 
 // netConn is what a conn needs of its gnet.Conn. It is the seam that lets
@@ -73,21 +82,21 @@ type conn struct {
 	grant   ingress.Grant
 	scratch []byte
 
-	out      []byte    // replies of this pass, written once at the end
-	peek     []byte    // value buffer of GETs answered on the loop
-	inflight *batch    // batch executing off the loop, nil when none
-	collect  *batch    // batch being assembled in this pass
-	quitting bool      // QUIT seen: close after flushing
-	proto    uint8     // protoUnknown until the first byte, then protoBinary or protoText
-	txt      *textConn // text/meta protocol state, nil for binary
-	usersGen uint64    // the users generation this connection last checked (reload.go: revoke)
+	out      []byte             // replies of this pass, written once at the end
+	peek     []byte             // value buffer of GETs answered on the loop
+	inflight *batch             // batch executing off the loop, nil when none
+	collect  *batch             // batch being assembled in this pass
+	quitting bool               // QUIT seen: close after flushing
+	proto    uint8              // protoUnknown until the first byte, then protoBinary or protoText
+	txt      *translate.Session // text/meta translation (conn_text.go), nil for binary
+	usersGen uint64             // the users generation this connection last checked (reload.go: revoke)
 
 	// Network memory: the connection's share of the node's budget (package
 	// netmem: what it held at the end of its last pass, its pauses), and
 	// whether decoding stopped this pass.
 	mem     netmem.Holder
 	stopped bool
-	swallow int // bytes of a refused frame still to discard (refuseLarge)
+	swallow int // bytes of a refused frame still to discard (refuseLarge, a text data block)
 
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set (see park)
@@ -193,6 +202,25 @@ func (c *conn) serve() gnet.Action {
 		_, _ = c.gc.Discard(n)
 	}
 	return gnet.None
+}
+
+// detect decides the connection's protocol from its first byte: 0x80 or
+// 0x08 binary, anything else text (unless DisableText).
+func (c *conn) detect() bool {
+	if c.gc.InboundBuffered() == 0 {
+		return false
+	}
+	b, _ := c.gc.Peek(1)
+	if len(b) == 0 {
+		return false
+	}
+	if b[0] == byte(binary.MagicRequest) || b[0] == byte(binary.MagicAltRequest) || c.srv.opts.DisableText {
+		c.proto = protoBinary
+		return true
+	}
+	c.proto = protoText
+	c.txt = translate.NewSession(c.srv.opts.MaxItemSize)
+	return true
 }
 
 // mayDecode is checked before each command of either protocol: a reload
@@ -310,20 +338,27 @@ func (c *conn) handle(req *binary.Request) bool {
 		return true
 	}
 	if isData(req.Opcode) {
-		if status, reason := c.precheck(req); status != binary.StatusOK {
-			if c.collect != nil {
-				return false
-			}
-			c.replyError(req, status, reason)
-			return true
-		}
-		return c.batchData(req)
+		return c.runData(req)
 	}
 	if c.collect != nil {
 		return false
 	}
 	c.handleControl(req)
 	return true
+}
+
+// runData passes a data command through precheck and admission: a binary
+// one, or one a text command was translated into (conn_text.go). It
+// returns false when the command must wait (batchData).
+func (c *conn) runData(req *binary.Request) bool {
+	if status, reason := c.precheck(req); status != binary.StatusOK {
+		if c.collect != nil {
+			return false
+		}
+		c.replyError(req, status, reason)
+		return true
+	}
+	return c.batchData(req)
 }
 
 // precheck answers what can be decided on the loop before a data command

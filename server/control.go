@@ -10,6 +10,8 @@ import (
 	"kvd/engine"
 	"kvd/ingress"
 	mc "kvd/protocol/binary"
+	"kvd/protocol/text"
+	"kvd/protocol/translate"
 	"kvd/tenant"
 )
 
@@ -389,4 +391,123 @@ func (c *conn) statJSON(req *mc.Request, name string, doc []byte) {
 // the Stats privilege every bucket, otherwise those it may select.
 func (c *conn) canSee(name string) bool {
 	return c.privileged(tenant.PrivStats) || c.canSelect(name)
+}
+
+// textControl answers the text commands that run on the loop, and
+// flush_all, which runs on a worker as FLUSH does. Like binary's control
+// commands they are exempt from ingress admission, and counted.
+func (c *conn) textControl(cmd *text.Command) {
+	now := c.srv.opts.Now()
+	c.srv.ingress.Release(c.srv.ingress.StartExempt(ingress.Read, nil, now), now)
+	switch cmd.Kind {
+	case text.KindVersion:
+		c.out = text.AppendVersion(c.out, Version)
+	case text.KindVerbosity:
+		c.out = text.AppendReply(c.out, cmd, nil, &text.Outcome{Status: text.StatusOK})
+	case text.KindQuit:
+		c.quitting = true
+	case text.KindMetaNoop:
+		c.out = text.AppendNoop(c.out)
+	case text.KindStats:
+		c.textStats(cmd.Keys)
+	case text.KindFlushAll:
+		c.textFlush(translate.FlushDelay(cmd), cmd.NoReply)
+	}
+}
+
+// textAuth is memcached's -Y authentication: before it, a connection's
+// first command must be "set <key> <flags> <exptime> <len>" whose data is
+// "<user> <password>". The password is checked on a worker (hashing is slow
+// by design), as SASL does; success answers STORED and selects the bucket
+// named like the user if the user may use it, else the user's first bucket
+// in name order. Anything else is "CLIENT_ERROR unauthenticated"; a bad
+// password also closes the connection.
+func (c *conn) textAuth(cmd *text.Command) {
+	const unauthenticated = "CLIENT_ERROR unauthenticated\r\n"
+	if cmd.Kind != text.KindSet {
+		c.out = append(c.out, unauthenticated...)
+		return
+	}
+	name, password, _ := bytes.Cut(cmd.Value, []byte(" "))
+	user, pw := string(name), bytes.Clone(password)
+	b := newBatch(c, c.bucket)
+	b.job = func(b *batch) {
+		u, err := c.srv.users.Authenticate(user, pw)
+		if err != nil {
+			c.srv.log.Warn("login refused", "user", user, "remote", c.remote, "protocol", "text")
+			b.out = append(b.out, unauthenticated...)
+			b.after = func(c *conn) { c.quitting = true }
+			return
+		}
+		b.out = append(b.out, "STORED\r\n"...)
+		b.after = func(c *conn) { c.textLogin(u) }
+	}
+	c.startJob(b)
+}
+
+// textLogin is login, falling back to the user's first bucket.
+func (c *conn) textLogin(u *tenant.User) {
+	c.login(u)
+	if c.bucket != nil {
+		return
+	}
+	if names := c.srv.cat.Names(u.CanSelect); len(names) > 0 {
+		if b, ok := c.srv.cat.Get(names[0]); ok {
+			c.selectBucket(b)
+		}
+	}
+}
+
+// textStats answers stats: the general group as memcached formats it, and
+// kvd's groups ("stats bucket_details [name]", "stats throttle", "stats
+// ingress"), from the gatherers binary's STAT uses.
+func (c *conn) textStats(args [][]byte) {
+	emit := func(name string, value []byte) { c.out = text.AppendStat(c.out, name, string(value)) }
+	var group, arg string
+	if len(args) > 0 {
+		group = string(args[0])
+	}
+	if len(args) > 1 {
+		arg = string(args[1])
+	}
+	switch group {
+	case "":
+		c.srv.generalStats(c.bucket, emit)
+	case "bucket_details":
+		name, doc, st, reason := c.srv.bucketDetails(arg, c.canSee)
+		if st != mc.StatusOK {
+			c.out = text.AppendClientError(c.out, reason)
+			return
+		}
+		emit(name, doc)
+	case "throttle":
+		c.srv.throttleStats(emit)
+	case "ingress":
+		c.srv.ingressStats(emit)
+	default:
+		c.out = text.AppendError(c.out)
+		return
+	}
+	c.out = text.AppendEnd(c.out)
+}
+
+// textFlush is flush_all [delay]: on a worker, as binary FLUSH does
+// (flushBucket), the delay with memcached's meaning.
+func (c *conn) textFlush(delay uint32, noreply bool) {
+	if c.bucket == nil {
+		c.out = text.AppendServerError(c.out, "no bucket selected")
+		return
+	}
+	b := newBatch(c, c.bucket)
+	b.job = func(b *batch) {
+		err := c.srv.flushBucket(b, delay)
+		switch {
+		case err != nil:
+			_, reason := statusOf(err)
+			b.out = text.AppendServerError(b.out, reason)
+		case !noreply:
+			b.out = append(b.out, "OK\r\n"...)
+		}
+	}
+	c.startJob(b)
 }

@@ -37,15 +37,17 @@
 //  5. conn.go again: on the wake the loop appends the batch's replies to the
 //     pass's output, writes everything with one write, and goes on decoding.
 //
-// Text and meta (text.go, textreply.go): the first byte of a connection
-// chooses binary or memcached's text protocol. serveText decodes a text
-// command with package protocol/text and translates it into the binary
-// request it means (a multi-get into one GET per key); from there it takes
-// the path above unchanged (precheck, admit, batch, worker). The request
-// carries a textReq, and appendResult hands it to appendText, which turns
-// the binary result into the codec's Outcome and encodes the text reply.
-// version, verbosity, stats, mn and quit are answered on the loop,
-// flush_all and the -Y style login on a worker.
+// Text and meta (conn_text.go): the first byte of a connection chooses
+// binary or memcached's text protocol (detect, conn.go). serveText peeks a
+// text command and has package protocol/translate decode it; the
+// translate.Session then hands out the command's steps: Run a binary
+// request it means (a multi-get is one GET per key), Answer a line on the
+// loop, Control, Close. A Run takes the path above unchanged (precheck,
+// admit, batch, worker) and carries a translate.Reply; appendResult hands it
+// to appendText (reply.go), whose Reply.Append turns the binary result into
+// the codec's Outcome and encodes the text reply. version, verbosity,
+// stats, mn and quit are answered on the loop, flush_all and the -Y style
+// login on a worker (textControl, textAuth: control.go).
 //
 // control.go answers the other commands (HELLO, SASL, SELECT_BUCKET, STAT,
 // the throttle and bucket admin commands); those that do I/O or slow work
@@ -75,7 +77,7 @@
 // (conn.outputFull), and the largest holder is closed only as the last
 // resort (netmem.Budget.Tick, from housekeeping).
 //
-// A GET of a resident item: conn.go (serve, handle, precheck) → admit.go
+// A GET of a resident item: conn.go (serve, handle, runData, precheck) → admit.go
 // (admit, checkThrottle, runOrCollect, serveResident) → reply.go
 // (appendMetered) → conn.go (one write). A synced SET: conn.go → admit.go
 // (admit, collectReq) → conn.go (dispatch) → worker.go (submit, run,

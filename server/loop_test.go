@@ -33,7 +33,13 @@ func (f *fakeConn) Peek(n int) ([]byte, error) {
 	}
 	return f.in[:n], nil
 }
-func (f *fakeConn) Discard(n int) (int, error)    { f.in = f.in[n:]; return n, nil }
+func (f *fakeConn) Discard(n int) (int, error) { // as gnet's: n <= 0 discards everything
+	if n <= 0 || n > len(f.in) {
+		n = len(f.in)
+	}
+	f.in = f.in[n:]
+	return n, nil
+}
 func (f *fakeConn) InboundBuffered() int          { return len(f.in) }
 func (f *fakeConn) OutboundBuffered() int         { return 0 }
 func (f *fakeConn) Write(b []byte) (int, error)   { f.out = append(f.out, b...); return len(b), nil }

@@ -9,6 +9,7 @@ import (
 	"kvd/engine"
 	"kvd/observe"
 	"kvd/protocol/binary"
+	"kvd/protocol/translate"
 	"kvd/tenant"
 )
 
@@ -21,7 +22,7 @@ func (c *conn) reply(req *binary.Request, st binary.Status, cas uint64, extras, 
 // their errors too.
 func (c *conn) replyError(req *binary.Request, st binary.Status, reason string) {
 	if c.txt != nil {
-		c.out = c.txt.refuse(c.out, reason)
+		c.out = c.txt.Refuse(c.out, reason)
 		return
 	}
 	c.out = c.appendError(c.out, headerOf(req), st, reason, nil)
@@ -30,7 +31,7 @@ func (c *conn) replyError(req *binary.Request, st binary.Status, reason string) 
 // appendResult encodes r's reply, or nothing for a quiet command that
 // succeeded (or missed, for the quiet reads).
 func (c *conn) appendResult(dst []byte, r *request) []byte {
-	if r.txt.kind != 0 {
+	if r.txt.Text() {
 		return c.appendText(dst, r)
 	}
 	h, op := r.hdr, r.hdr.op.NonQuiet()
@@ -66,6 +67,18 @@ func (c *conn) appendResult(dst []byte, r *request) []byte {
 	default:
 		return c.appendMetered(dst, r, r.cas, nil, nil, nil)
 	}
+}
+
+// appendText encodes the reply to a text request (package translate); the
+// clock is read only when the reply may show a remaining TTL.
+func (c *conn) appendText(dst []byte, r *request) []byte {
+	var now int64
+	if r.exp != 0 {
+		now = c.srv.opts.Now().Unix()
+	}
+	return r.txt.Append(dst, &translate.Result{Op: r.hdr.op, Status: r.status, Reason: r.reason,
+		Key: r.key, Value: r.res, Flags: r.flags, CAS: r.cas, Number: r.num, Created: r.made,
+		Expiry: r.exp}, now)
 }
 
 // appendReply encodes a reply to h in the framing the request used.

@@ -11,6 +11,7 @@ import (
 	"kvd/engine"
 	"kvd/ingress"
 	"kvd/protocol/binary"
+	"kvd/protocol/translate"
 )
 
 // request is a data command copied out of gnet's buffer so that it can
@@ -47,8 +48,8 @@ type request struct {
 	dl    *ingress.BucketDeadline
 	grant ingress.Grant
 
-	txt textReq // a text/meta command's reply needs (zero kind: binary)
-	aux []byte  // the text command's opaque and raw key (txt.meta views it)
+	txt translate.Reply // a text/meta command's reply needs (zero: binary)
+	aux []byte          // the text command's opaque and raw key (txt.meta views it)
 }
 
 // header is what a reply needs to echo.
@@ -115,8 +116,8 @@ func (r *request) release() {
 	r.status, r.reason, r.cas, r.flags, r.num, r.mut = 0, "", 0, 0, 0, false
 	r.size, r.ru, r.wu, r.throttled, r.queued = 0, 0, 0, 0, 0
 	r.exp, r.made = 0, false
-	if r.txt.kind != 0 {
-		r.txt = textReq{}
+	if r.txt.Text() {
+		r.txt = translate.Reply{}
 	}
 	r.res = r.res[:0]
 	if cap(r.buf) > 64<<10 {
@@ -387,7 +388,7 @@ func storeMode(op binary.Opcode) engine.StoreMode {
 // costs nothing) and charges them to the bucket.
 func (s *Server) meter(bk *catalog.Bucket, r *request) {
 	bk.Throttle().CountCommand()
-	if r.txt.kind != 0 {
+	if r.txt.Text() {
 		stateOf(bk).textCommands.Add(1)
 	}
 	if r.status != binary.StatusOK {

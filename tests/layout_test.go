@@ -15,6 +15,7 @@ var allowedImports = map[string][]string{
 	"kvd/protocol/binary":        {},
 	"kvd/protocol/text":          {},
 	"kvd/protocol/text/texttest": {},
+	"kvd/protocol/translate":     {"kvd/protocol/text", "kvd/protocol/binary"},
 	"kvd/gauge":                  {},
 	"kvd/probe":                  {},
 	"kvd/config":                 {"kvd/tenant", "kvd/ingress", "kvd/probe"},
@@ -23,7 +24,7 @@ var allowedImports = map[string][]string{
 	"kvd/ingress":                {"kvd/probe", "kvd/gauge"},
 	// netmem is about gnet's connections: it pauses reading through gnet's poller.
 	"kvd/netmem": {"github.com/panjf2000/gnet/v2"},
-	"kvd/server": {"kvd/catalog", "kvd/protocol/binary", "kvd/protocol/text", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/probe", "kvd/netmem",
+	"kvd/server": {"kvd/catalog", "kvd/protocol/binary", "kvd/protocol/text", "kvd/protocol/translate", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/probe", "kvd/netmem",
 		"kvd/gauge", "kvd/observe", "kvd/latency", "github.com/panjf2000/gnet/v2", "github.com/tidwall/gjson",
 		"github.com/cockroachdb/pebble/v2"},
 	"kvd/observe": {"kvd/catalog", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/gauge", "kvd/latency",

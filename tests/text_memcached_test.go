@@ -218,3 +218,22 @@ func rssKB(t *testing.T, pid int) int {
 	t.Fatal("no VmRSS")
 	return 0
 }
+
+// TestTextMultiGetInPieces: a multi-get line that arrives in pieces, the
+// first already past 2048 bytes without its newline, is served as memcached
+// serves it (it keeps reading a get line up to its bound) instead of being
+// closed as a line too long.
+func TestTextMultiGetInPieces(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, testConfig)
+	c := dialText(t, k.Addr)
+	c.call("set", "set k1 0 0 1\r\nv\r\n", "STORED")
+	line := "get " + strings.Repeat("k1 nokey ", 1000) + "\r\n" // 9 KB, 2,000 keys
+	c.send(line[:5000])
+	time.Sleep(200 * time.Millisecond) // the loop sees 5,000 bytes and no newline
+	c.send(line[5000:])
+	for range 1000 {
+		c.expect("multi-get", "VALUE k1 0 1", "v")
+	}
+	c.expect("multi-get end", "END")
+}

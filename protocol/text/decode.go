@@ -108,8 +108,9 @@ func (c *Command) checkUnterminated(buf []byte, opts DecodeOptions) error {
 	if opts.MaxGetLine == 0 {
 		opts.MaxGetLine = DefaultMaxGetLine
 	}
-	p := bytes.TrimLeft(buf[:min(len(buf), 200)], " ")
-	getLike := len(buf)-len(p) <= 100 && (bytes.HasPrefix(p, []byte("get ")) || bytes.HasPrefix(p, []byte("gets ")))
+	head := buf[:min(len(buf), 200)]
+	p := bytes.TrimLeft(head, " ")
+	getLike := len(head)-len(p) <= 100 && (bytes.HasPrefix(p, []byte("get ")) || bytes.HasPrefix(p, []byte("gets ")))
 	if getLike && len(buf) <= opts.MaxGetLine {
 		return nil
 	}

@@ -3,6 +3,7 @@ package text
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -117,6 +118,30 @@ func TestIncremental(t *testing.T) {
 			if e, ok := err.(*Error); ok {
 				in = in[e.Swallow:]
 			}
+		}
+	}
+}
+
+// TestUnterminatedGetLine: a get or gets line may arrive in pieces past
+// MaxLineLen (memcached keeps reading a large multi-get) up to MaxGetLine;
+// any other line, or one with over 100 leading spaces, is closed there.
+func TestUnterminatedGetLine(t *testing.T) {
+	keys := strings.Repeat("k1 nokey ", 4000)
+	for _, tc := range []struct {
+		name, in string
+		close    bool
+	}{
+		{"get", "get " + keys, false},
+		{"gets after spaces", strings.Repeat(" ", 100) + "gets " + keys, false},
+		{"get after 101 spaces", strings.Repeat(" ", 101) + "get " + keys, true},
+		{"get past MaxGetLine", "get " + keys + keys + keys, true},
+		{"set", "set " + keys, true},
+	} {
+		var cmd Command
+		n, err := Decode([]byte(tc.in), DecodeOptions{MaxGetLine: 64 << 10}, &cmd)
+		e, _ := err.(*Error)
+		if n != 0 || (e != nil) != tc.close || e != nil && (!e.Close || len(e.Reply) != 0 || !errors.Is(e, ErrLineTooLong)) {
+			t.Errorf("%s (%d bytes): %d, %v; want incomplete or, for close %v, a silent close", tc.name, len(tc.in), n, err, tc.close)
 		}
 	}
 }

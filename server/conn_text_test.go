@@ -6,6 +6,7 @@ import (
 
 	mc "kvd/protocol/binary"
 	"kvd/protocol/text"
+	"kvd/protocol/translate"
 )
 
 // openText is openFake for a text connection: its first bytes are text.
@@ -49,6 +50,27 @@ func TestTextPipelineOrder(t *testing.T) {
 	}
 	if c.txt == nil || c.proto != protoText {
 		t.Error("the connection was not recognized as text")
+	}
+}
+
+// TestTextRefusals: a refused storage command is answered once its data
+// block has been swallowed, across passes (a too-large set also unlinks
+// its key); a bad data chunk's remainder is a command of its own; the
+// commands after a refusal are served.
+func TestTextRefusals(t *testing.T) {
+	s := newLoopServer(t, newClock(), func(o *Options) { o.MaxItemSize = 16 })
+	c, f := s.openText(t, "set big 0 0 3\r\nold\r\nset big 0 0 40\r\n"+strings.Repeat("x", 30))
+	if got := drain(t, c, f); got != "STORED\r\n" {
+		t.Fatalf("before the block is swallowed: %q", got)
+	}
+	f.in = append(f.in, strings.Repeat("x", 10)+"\r\nget big\r\nset k 0 0 3\r\nabcdef\r\nversion\r\n"...)
+	want := "STORED\r\nSERVER_ERROR object too large for cache\r\nEND\r\n" +
+		"CLIENT_ERROR bad data chunk\r\nERROR\r\nVERSION " + Version + "\r\n"
+	if got := drain(t, c, f); got != want {
+		t.Errorf("refusals:\n got %q\nwant %q", got, want)
+	}
+	if c.quitting {
+		t.Error("a refusal closed the connection")
 	}
 }
 
@@ -107,18 +129,22 @@ func TestTextResidentGetAllocs(t *testing.T) {
 	}
 }
 
-// TestTextAppendAllocs: encoding a worker's text reply allocates nothing.
-func TestTextAppendAllocs(t *testing.T) {
-	s := newLoopServer(t, newClock(), nil)
-	c, _ := s.openText(t, "")
-	r := &request{key: []byte("key"), res: []byte("value"), flags: 3, cas: 99}
-	r.hdr.op = mc.OpGet
-	r.txt = textReq{kind: text.KindGets, last: true}
-	dst := make([]byte, 0, 256)
-	if n := testing.AllocsPerRun(1000, func() { dst = c.appendText(dst[:0], r) }); n != 0 {
-		t.Errorf("appendText: %v allocations, want 0", n)
+// TestTextExpiryMeaning: the expiries translate states for text commands
+// mean to the executor what memcached means: a negative exptime is born
+// expired, and incr/decr never create (noCreate).
+func TestTextExpiryMeaning(t *testing.T) {
+	now := uint32(1_700_000_000)
+	if at := expiryAt(translate.Expiry(-1), now); at == 0 || at >= now {
+		t.Errorf("exptime -1 expires at %d, want in the past of %d", at, now)
 	}
-	if got := string(c.appendText(nil, r)); got != "VALUE key 3 5 99\r\nvalue\r\nEND\r\n" {
-		t.Errorf("appendText: %q", got)
+	s := translate.NewSession(0)
+	if _, ok := s.Decode([]byte("incr k 1\r\n")); !ok || s.Next() != translate.Run {
+		t.Fatal("incr did not translate into a request")
+	}
+	if _, _, exp, ok := mc.ArithExtras(s.Request().Extras); !ok || exp != noCreate {
+		t.Errorf("incr's expiry %#x, want noCreate", exp)
+	}
+	if s.Command().Kind != text.KindIncr {
+		t.Errorf("decoded %v", s.Command().Kind)
 	}
 }

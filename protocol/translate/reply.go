@@ -1,0 +1,131 @@
+package translate
+
+import (
+	mc "kvd/protocol/binary"
+	"kvd/protocol/text"
+)
+
+// lineTooLarge answers a too-large set once its key has been unlinked.
+var lineTooLarge = []byte("SERVER_ERROR object too large for cache\r\n")
+
+// reasonNoMemory is memcached's refusal of a value the cache cannot hold,
+// for binary's StatusTooBig from the engine.
+const reasonNoMemory = "out of memory storing object"
+
+// Reply is what the text reply to one translated request needs beyond its
+// binary result. The zero Reply belongs to a binary request (Text is false).
+type Reply struct {
+	kind    text.Kind
+	noreply bool
+	last    bool // last key of a multi-get: END follows its reply
+	hasCAS  bool // the command compared a CAS (classic cas, meta C)
+	tooBig  bool // the unlink of a too-large set: answer the refusal instead
+	silent  bool // tooBig under noreply
+	meta    text.Meta
+}
+
+// Text reports whether r belongs to a text command.
+func (r *Reply) Text() bool { return r.kind != text.KindNone }
+
+// Result is a translated request's binary result, as the server executed
+// it. Its slices are read, never kept.
+type Result struct {
+	Op      mc.Opcode // the request's opcode
+	Status  mc.Status
+	Reason  string // a refusal's reason (admission, memory, server trouble)
+	Key     []byte
+	Value   []byte // value read
+	Flags   uint32
+	CAS     uint64
+	Number  uint64 // INCR/DECR result
+	Created bool   // arithmetic created the item
+	Expiry  uint32 // the item's expiry: absolute Unix seconds, 0 = never
+}
+
+// Append appends the text reply to r's request given its result. now (Unix
+// seconds) is when the reply is made, what a remaining TTL counts from; it
+// is read only when res.Expiry is set. A refusal is one "SERVER_ERROR
+// <reason>" line with binary's reason.
+func (r *Reply) Append(dst []byte, res *Result, now int64) []byte {
+	if r.tooBig {
+		if r.silent {
+			return dst
+		}
+		return append(dst, lineTooLarge...)
+	}
+	o, ok := r.outcome(res, now)
+	if !ok {
+		if res.Status == mc.StatusTooBig {
+			return text.AppendServerError(dst, reasonNoMemory)
+		}
+		return text.AppendServerError(dst, res.Reason)
+	}
+	cmd := text.Command{Kind: r.kind, Key: res.Key, NoReply: r.noreply, Meta: r.meta}
+	dst = text.AppendReply(dst, &cmd, res.Key, &o)
+	if r.last {
+		dst = text.AppendEnd(dst)
+	}
+	return dst
+}
+
+// outcome turns res into the text outcome of r's command; ok is false for
+// a refusal, answered SERVER_ERROR.
+func (r *Reply) outcome(res *Result, now int64) (o text.Outcome, ok bool) {
+	o = text.Outcome{Flags: res.Flags, CAS: res.CAS, Value: res.Value, Number: res.Number,
+		Created: res.Created, TTL: TTL(res.Expiry, now), KeyBinary: r.meta.Base64}
+	op := res.Op.NonQuiet()
+	switch res.Status {
+	case mc.StatusOK:
+		o.Status = okStatus(op)
+	case mc.StatusKeyNotFound:
+		o.Status = text.StatusNotFound
+		switch {
+		case op == mc.OpGet || op == mc.OpGAT || op == mc.OpTouch:
+			o.Status = text.StatusMiss
+		case isStore(op) && !r.hasCAS:
+			o.Status = text.StatusNotStored // replace of a missing key
+		}
+	case mc.StatusKeyExists:
+		o.Status = text.StatusExists
+		if op == mc.OpAdd {
+			o.Status = text.StatusNotStored
+		}
+	case mc.StatusNotStored:
+		o.Status = text.StatusNotStored
+	case mc.StatusNonNumeric:
+		o.Status = text.StatusNonNumeric
+	default:
+		return o, false
+	}
+	return o, true
+}
+
+// okStatus is the text status of op's success.
+func okStatus(op mc.Opcode) text.Status {
+	switch op {
+	case mc.OpGet, mc.OpGAT, mc.OpTouch:
+		return text.StatusHit
+	case mc.OpDelete:
+		return text.StatusDeleted
+	case mc.OpIncrement, mc.OpDecrement:
+		return text.StatusNumber
+	}
+	return text.StatusStored
+}
+
+func isStore(op mc.Opcode) bool {
+	switch op {
+	case mc.OpSet, mc.OpAdd, mc.OpReplace, mc.OpAppend, mc.OpPrepend:
+		return true
+	}
+	return false
+}
+
+// TTL is an item's remaining time to live in seconds at now (Unix seconds)
+// given its absolute expiry, -1 for none.
+func TTL(expiry uint32, now int64) int64 {
+	if expiry == 0 {
+		return -1
+	}
+	return max(0, int64(expiry)-now)
+}

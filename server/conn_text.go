@@ -1,0 +1,126 @@
+package server
+
+import (
+	"bytes"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"kvd/protocol/translate"
+)
+
+// The loop's side of memcached's text and meta protocols: this file reads
+// the input and carries out a translate.Session's steps; the binary requests
+// they run take binary's path (runData), so authorization, throttling,
+// admission, batching, execution and reply order are binary's.
+
+// textPeek is how much of the input is peeked first to find a command
+// line; a longer line (a large multi-get) is peeked whole, and a storage
+// command's data block once it has all arrived.
+const textPeek = 4096
+
+// serveText is serve for a text connection: decode commands until the
+// input is exhausted or incomplete, or a batch goes off the loop.
+func (c *conn) serveText() gnet.Action {
+	defer c.dispatch()
+	t := c.txt
+	for c.inflight == nil && !c.quitting {
+		if !c.mayDecode() || c.swallow > 0 && !c.swallowBody() {
+			return gnet.None
+		}
+		n := 0 // a held refusal's bytes were swallowed
+		if !t.Held() {
+			if n = c.decodeText(); n < 0 {
+				return gnet.None
+			}
+			if c.swallow > 0 {
+				continue // a refused command's bytes go before its answer
+			}
+		}
+		if !c.handleText() {
+			return gnet.None // not consumed: it runs after the collected batch
+		}
+		if n > 0 { // gnet's Discard(0) would drop all the input
+			_, _ = c.gc.Discard(n)
+		}
+	}
+	return gnet.None
+}
+
+// decodeText decodes the command at the front of the input and returns its
+// length, or -1 when it is incomplete. A storage command whose data block
+// goes past the first peek is decoded again from a peek of exactly the line
+// and the block, once they have all arrived. A command the codec refuses is
+// held (0): its bytes and its data block are swallowed before the refusal
+// is answered, as memcached does.
+func (c *conn) decodeText() int {
+	t := c.txt
+	buf := c.peekText()
+	n, ok := t.Decode(buf)
+	if need := t.Need(); need > len(buf) && need <= c.gc.InboundBuffered() {
+		buf, _ = c.gc.Peek(need)
+		n, ok = t.Decode(buf)
+	}
+	switch {
+	case ok && t.Held():
+		c.swallow = n + t.Swallow() // swallowBody drops it all, then Next answers
+		return 0
+	case ok:
+		c.partialSince.Store(0)
+		return n
+	case len(buf) == 0:
+		c.partialSince.Store(0)
+	case c.collect == nil && c.partialSince.Load() == 0:
+		c.partialSince.Store(c.srv.opts.Now().UnixNano())
+	}
+	return -1
+}
+
+// peekText returns the next command when it is all buffered, or what there
+// is of its line for Decode to judge. Like peekFrame it peeks no more than
+// one command, so that gnet does not copy its whole inbound buffer on every
+// read while a large value arrives.
+func (c *conn) peekText() []byte {
+	avail := c.gc.InboundBuffered()
+	if avail == 0 {
+		return nil
+	}
+	buf, _ := c.gc.Peek(min(avail, textPeek))
+	if avail > len(buf) && bytes.IndexByte(buf, '\n') < 0 {
+		buf, _ = c.gc.Peek(min(avail, c.txt.Options().MaxGetLine+1))
+	}
+	return buf
+}
+
+// handleText carries out the steps of the decoded command, or of the held
+// refusal. It returns false when one must wait (the command is then left
+// in the input and decoded again; steps already carried out are skipped).
+// Before login the first command is memcached's -Y authentication.
+func (c *conn) handleText() bool {
+	t := c.txt
+	if !t.Held() && c.user == nil && c.bucket == nil && c.srv.limits().AnonymousBucket == "" {
+		if c.collect != nil {
+			return false
+		}
+		c.textAuth(t.Command())
+		return true
+	}
+	for st := t.Next(); st != translate.Done; st = t.Next() {
+		if (st == translate.Answer || st == translate.Control) && c.collect != nil {
+			return false // answer what came before first
+		}
+		switch st {
+		case translate.Run:
+			if !c.runData(t.Request()) {
+				return false
+			}
+		case translate.Answer:
+			c.out = append(c.out, t.Answer()...)
+		case translate.Control:
+			c.textControl(t.Command())
+		case translate.Close:
+			c.quitting = true
+		}
+		t.Ran()
+	}
+	return true
+}
