@@ -380,3 +380,12 @@ func (h bucketHooks) BucketRemoved(b *catalog.Bucket) {
 	h.s.ingress.RemoveBucket(stateOf(b).adm, h.s.opts.Now())
 	h.s.view.Retire(b)
 }
+
+// dropGrant gives back the grant checkDeadline left in c for a command that
+// stays in the input after all (it will ask the gate again).
+func (c *conn) dropGrant() {
+	if c.dl != nil {
+		c.dl.Release(c.grant)
+		c.dl, c.grant = nil, ingress.Grant{}
+	}
+}

@@ -93,41 +93,6 @@ func (s *Server) checkDeadline(c *conn, req *binary.Request, pool ingress.Pool, 
 	return admitAnswered
 }
 
-// dropGrant gives back the grant checkDeadline left in c for a command that
-// stays in the input after all (it will ask the gate again).
-func (c *conn) dropGrant() {
-	if c.dl != nil {
-		c.dl.Release(c.grant)
-		c.dl, c.grant = nil, ingress.Grant{}
-	}
-}
-
-// appendDeadlineRefusal encodes the 0x86 of a command the gate refused,
-// without allocating once c's scratch buffer has grown: with XERROR
-// {"error":{"context":"deadline 50 ms cannot be met: …","retry_after_us":N}},
-// otherwise the reason followed by " retry_after_us=N". The reason is plain
-// ASCII without quotes or backslashes, so it needs no JSON escaping.
-func (c *conn) appendDeadlineRefusal(dst []byte, req *binary.Request, g ingress.Grant, capacity int, retry time.Duration) []byte {
-	us := int64((retry + time.Microsecond - 1) / time.Microsecond)
-	body := c.scratch[:0]
-	res := binary.Response{Opcode: req.Opcode, Status: binary.StatusTemporaryFailure, Opaque: req.Opaque}
-	if c.features&featXError != 0 {
-		res.Datatype = binary.DatatypeJSON
-		body = append(body, `{"error":{"context":"`...)
-		body = g.AppendReason(body, capacity)
-		body = append(body, `","retry_after_us":`...)
-		body = strconv.AppendInt(body, us, 10)
-		body = append(body, "}}"...)
-	} else {
-		body = g.AppendReason(body, capacity)
-		body = append(body, " retry_after_us="...)
-		body = strconv.AppendInt(body, us, 10)
-	}
-	c.scratch = body
-	res.Value = body
-	return binary.AppendResponse(dst, req.Alt(), &res)
-}
-
 // endDeadline ends r's grant when its reply is ready at now: Done with the
 // time from its ticket to now. A command that ended in an internal error is
 // not a sample of the execution time.

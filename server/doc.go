@@ -58,13 +58,18 @@
 // and the Prometheus figures are package observe's, read at request or
 // scrape time from counters the data path keeps anyway; observe.go is what
 // observe reads of the server (observe.Node) and the STAT forwarders.
-// server.go wires
-// gnet and the housekeeping goroutine (throttle ticks, then in a cluster
-// catalog.TickCluster, which publishes the node's demand and applies its
-// shares; prober, idle sweep); shutdown.go the drain at shutdown; options.go
-// and reload.go hold the options, their reload, and how a reload reaches
-// open connections (revocation), and in cluster mode (Options.Cluster) the
-// users that arrive from etcd; the catalog does the rest of cluster mode.
+// server.go wires gnet and the housekeeping goroutine (throttle ticks, then
+// in a cluster catalog.TickCluster, which publishes the node's demand and
+// applies its shares; prober, idle sweep); shutdown.go the drain at
+// shutdown (a connection's own part, onShutdown, is the loop's, in
+// conn.go); options.go and reload.go hold the options, their reload, and how
+// a reload reaches open connections (revocation: conn.revalidate, in
+// control.go), and in cluster mode (Options.Cluster) the users that arrive
+// from etcd; the catalog does the rest of cluster mode. frames.go holds what
+// the loop knows of a frame before it runs it (HELLO features, protocols,
+// data opcodes, frame infos). Every *conn method lives in the loop's files
+// (conn.go, conn_text.go), admission (admit.go), replies (reply.go) or
+// control (control.go).
 //
 // Two concerns run beside every command. The connection records each
 // answered command's end-to-end time, parked and queued parts (package

@@ -120,51 +120,6 @@ func (s *Server) revoke() {
 	}
 }
 
-// checkUsers revalidates the connection when the users generation moved
-// since it last looked. It runs on the loop with no batch in flight.
-func (c *conn) checkUsers() {
-	if gen := c.srv.usersGen.Load(); gen != c.usersGen {
-		c.usersGen = gen
-		c.revalidate()
-	}
-}
-
-// revalidate applies the current users and limits to the connection: a
-// deleted user's connection is closed (after the replies of this pass), a
-// bucket the user (or, unauthenticated, the anonymous bucket setting) no
-// longer grants is deselected, and the privilege flags are recomputed.
-// Each change is logged with the connection's remote address.
-func (c *conn) revalidate() {
-	if c.user == nil {
-		if c.bucket != nil && c.bucket.Name() != c.srv.limits().AnonymousBucket {
-			c.srv.log.Info("access revoked", "by", "config", "remote", c.remote, "user", "anonymous",
-				"bucket", c.bucket.Name(), "reason", "no longer the anonymous bucket")
-			c.deselect()
-		}
-		return
-	}
-	name := c.user.Name
-	u, ok := c.srv.users.Lookup(name)
-	if !ok {
-		c.srv.log.Info("access revoked", "by", "config", "remote", c.remote, "user", name,
-			"reason", "user deleted: closing the connection")
-		c.quitting = true
-		return
-	}
-	old := c.user.Privileges
-	c.user = u
-	c.unthrottled = u.Privileges.Has(tenant.PrivUnthrottled)
-	if old != u.Privileges {
-		c.srv.log.Info("privileges changed", "by", "config", "remote", c.remote, "user", name,
-			"from", old.String(), "to", u.Privileges.String())
-	}
-	if c.bucket != nil && !u.CanSelect(c.bucket.Name()) {
-		c.srv.log.Info("access revoked", "by", "config", "remote", c.remote, "user", name,
-			"bucket", c.bucket.Name(), "reason", "bucket no longer granted: deselected")
-		c.deselect()
-	}
-}
-
 // snapshot returns the open connections.
 func (cs *connSet) snapshot() []*conn {
 	cs.mu.Lock()

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	"kvd/engine"
+	"kvd/ingress"
 	"kvd/observe"
 	"kvd/protocol/binary"
 	"kvd/protocol/translate"
@@ -222,4 +224,30 @@ func reasonOf(err, sentinel error) string {
 		return rest
 	}
 	return s
+}
+
+// appendDeadlineRefusal encodes the 0x86 of a command the gate refused,
+// without allocating once c's scratch buffer has grown: with XERROR
+// {"error":{"context":"deadline 50 ms cannot be met: …","retry_after_us":N}},
+// otherwise the reason followed by " retry_after_us=N". The reason is plain
+// ASCII without quotes or backslashes, so it needs no JSON escaping.
+func (c *conn) appendDeadlineRefusal(dst []byte, req *binary.Request, g ingress.Grant, capacity int, retry time.Duration) []byte {
+	us := int64((retry + time.Microsecond - 1) / time.Microsecond)
+	body := c.scratch[:0]
+	res := binary.Response{Opcode: req.Opcode, Status: binary.StatusTemporaryFailure, Opaque: req.Opaque}
+	if c.features&featXError != 0 {
+		res.Datatype = binary.DatatypeJSON
+		body = append(body, `{"error":{"context":"`...)
+		body = g.AppendReason(body, capacity)
+		body = append(body, `","retry_after_us":`...)
+		body = strconv.AppendInt(body, us, 10)
+		body = append(body, "}}"...)
+	} else {
+		body = g.AppendReason(body, capacity)
+		body = append(body, " retry_after_us="...)
+		body = strconv.AppendInt(body, us, 10)
+	}
+	c.scratch = body
+	res.Value = body
+	return binary.AppendResponse(dst, req.Alt(), &res)
 }
