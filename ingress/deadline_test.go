@@ -49,33 +49,33 @@ func TestDeadlineSettingsValidate(t *testing.T) {
 
 // TestDeadlineAdmitPredictsCompletion: expected 10 ms, deadline 50 ms → 0.2 of a
 // ticket per command; in a pool of 2 tickets a command is admitted while the demand
-// ahead of it, drained at 2 tickets per 50 ms, leaves it its 10 ms: A ≤ 1.6 tickets.
-// So 9 are admitted, the 10th is refused with a retry estimate, and commands are
-// admitted again once one completes.
+// ahead of it, drained at 2 tickets per 50 ms, leaves it its 10 ms within the 35 ms
+// the gate aims at (TargetPercent): A ≤ 1.0 ticket. So 6 are admitted, the 7th is
+// refused with a retry estimate, and commands are admitted again once one completes.
 func TestDeadlineAdmitPredictsCompletion(t *testing.T) {
 	var g DeadlineGate
 	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 90, ExpectedExecution: 10 * time.Millisecond})
 	var grants []Grant
-	for i := range 9 {
+	for i := range 6 {
 		gr, ok, retry := b.Admit(Write, 2, dt0, dt0)
 		if !ok || retry != 0 || gr.Demand() != 200_000 || gr.Alone() != (i == 0) {
 			t.Fatalf("admit %d: ok=%v retry=%v demand=%d alone=%v", i, ok, retry, gr.Demand(), gr.Alone())
 		}
 		grants = append(grants, gr)
 	}
-	if a := g.Accepted(Write); a != 1_800_000 {
-		t.Fatalf("accepted = %d, want 1800000", a)
+	if a := g.Accepted(Write); a != 1_200_000 {
+		t.Fatalf("accepted = %d, want 1200000", a)
 	}
 	if b.Fits(Write, 2, dt0, dt0) {
-		t.Fatal("Fits with 1.8 of 2 tickets accepted")
+		t.Fatal("Fits with 1.2 of 2 tickets accepted")
 	}
 	gr, ok, retry := b.Admit(Write, 2, dt0, dt0)
 	// excess 0.2 ticket over 2 tickets × 50 ms = 5 ms.
 	if ok || retry != 5*time.Millisecond {
-		t.Fatalf("10th: ok=%v retry=%v, want refused with 5ms", ok, retry)
+		t.Fatalf("7th: ok=%v retry=%v, want refused with 5ms", ok, retry)
 	}
 	reason := string(gr.AppendReason(nil, 2))
-	want := "deadline 50 ms cannot be met: write p90 10000 us + queue ~45000 us (1.800000 of 2 tickets accepted) + 0 us waited before admission"
+	want := "deadline 50 ms cannot be met: write p90 10000 us + queue ~30000 us (1.200000 of 2 tickets accepted) + 0 us waited before admission > 35000 us (70% of the deadline)"
 	if reason != want {
 		t.Fatalf("reason %q\nwant   %q", reason, want)
 	}
@@ -103,9 +103,9 @@ func TestDeadlineAdmitPredictsCompletion(t *testing.T) {
 
 // TestDeadlineAdmitCountsTimeWaited: the time a command spent before Admit (in its
 // connection's input, parked by the throttle) comes off its deadline. With 0.8 of 2
-// tickets ahead (20 ms of queue) and pXX 10 ms, a command that waited 20 ms just fits
-// a 50 ms deadline and one that waited 21 ms does not; a fresh command could run, so
-// the retry estimate is the minimum.
+// tickets ahead (20 ms of queue) and pXX 10 ms, a command that waited 5 ms just fits
+// the 35 ms the gate aims at under a 50 ms deadline, and one that waited 6 ms does
+// not; a fresh command could run, so the retry estimate is the minimum.
 func TestDeadlineAdmitCountsTimeWaited(t *testing.T) {
 	var g DeadlineGate
 	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 50 * time.Millisecond, Percentile: 90, ExpectedExecution: 10 * time.Millisecond})
@@ -115,20 +115,20 @@ func TestDeadlineAdmitCountsTimeWaited(t *testing.T) {
 		}
 	}
 	now := dt0.Add(time.Second)
-	gr, ok, retry := b.Admit(Write, 2, now.Add(-21*time.Millisecond), now)
+	gr, ok, retry := b.Admit(Write, 2, now.Add(-6*time.Millisecond), now)
 	if ok || retry != time.Microsecond {
-		t.Fatalf("waited 21 ms: ok=%v retry=%v, want refused, retry 1µs", ok, retry)
+		t.Fatalf("waited 6 ms: ok=%v retry=%v, want refused, retry 1µs", ok, retry)
 	}
-	want := "deadline 50 ms cannot be met: write p90 10000 us + queue ~20000 us (0.800000 of 2 tickets accepted) + 21000 us waited before admission"
+	want := "deadline 50 ms cannot be met: write p90 10000 us + queue ~20000 us (0.800000 of 2 tickets accepted) + 6000 us waited before admission > 35000 us (70% of the deadline)"
 	if reason := string(gr.AppendReason(nil, 2)); reason != want {
 		t.Fatalf("reason %q\nwant   %q", reason, want)
 	}
-	if b.Fits(Write, 2, now.Add(-21*time.Millisecond), now) || !b.Fits(Write, 2, now.Add(-20*time.Millisecond), now) {
+	if b.Fits(Write, 2, now.Add(-6*time.Millisecond), now) || !b.Fits(Write, 2, now.Add(-5*time.Millisecond), now) {
 		t.Fatal("Fits disagrees with Admit")
 	}
-	gr, ok, _ = b.Admit(Write, 2, now.Add(-20*time.Millisecond), now)
-	if !ok || gr.Due() != now.Add(30*time.Millisecond) {
-		t.Fatalf("waited 20 ms: ok=%v due %v, want admitted, due 30 ms from now", ok, gr.Due().Sub(now))
+	gr, ok, _ = b.Admit(Write, 2, now.Add(-5*time.Millisecond), now)
+	if !ok || gr.Due() != now.Add(45*time.Millisecond) {
+		t.Fatalf("waited 5 ms: ok=%v due %v, want admitted, due 45 ms from now", ok, gr.Due().Sub(now))
 	}
 }
 
@@ -225,13 +225,13 @@ func TestDeadlineLimitAndRetry(t *testing.T) {
 		capacity    int
 		limit       int64
 	}{
-		{0, 10 * ms, 50 * ms, 2, 1_600_000},
-		{20 * ms, 10 * ms, 50 * ms, 2, 800_000},
-		{40 * ms, 10 * ms, 50 * ms, 2, 0},
-		{41 * ms, 10 * ms, 50 * ms, 2, -1},
-		{0, 60 * ms, 50 * ms, 8, -1},
+		{0, 10 * ms, 50 * ms, 2, 1_000_000}, // aims at 35 ms: 25 ms of queue
+		{20 * ms, 10 * ms, 50 * ms, 2, 200_000},
+		{25 * ms, 10 * ms, 50 * ms, 2, 0},
+		{26 * ms, 10 * ms, 50 * ms, 2, -1},
+		{0, 36 * ms, 50 * ms, 8, -1}, // pXX alone past the target
 		{0, ms, 50 * ms, 0, -1},
-		{0, ms, 50 * ms, 100, 98 * Micro},
+		{0, ms, 50 * ms, 100, 68 * Micro},
 	}
 	for _, tc := range tests {
 		if got := limitAhead(tc.waited, tc.pxx, int64(tc.d), tc.capacity); got != tc.limit {
@@ -244,10 +244,10 @@ func TestDeadlineLimitAndRetry(t *testing.T) {
 		capacity int
 		want     time.Duration
 	}{
-		{1_800_000, 10 * ms, 50 * ms, 2, 5 * ms},
-		{1_600_001, 10 * ms, 50 * ms, 2, time.Microsecond}, // tiny excess: 1 µs floor
+		{1_200_000, 10 * ms, 50 * ms, 2, 5 * ms},
+		{1_000_001, 10 * ms, 50 * ms, 2, time.Microsecond}, // tiny excess: 1 µs floor
 		{0, 10 * ms, 50 * ms, 2, time.Microsecond},         // refused for its own wait only
-		{3_600_000, 10 * ms, 50 * ms, 2, 50 * ms},          // 2 tickets over: one deadline
+		{3_000_000, 10 * ms, 50 * ms, 2, 50 * ms},          // 2 tickets over: one deadline
 		{0, 60 * ms, 50 * ms, 2, 60 * ms},                  // pXX alone exceeds the deadline: pXX
 		{Micro, ms, 20 * ms, 0, 20 * ms},                   // no capacity: one deadline
 	}
