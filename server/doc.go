@@ -30,7 +30,8 @@
 //     With wal_sync on, a batch with mutations goes instead to the syncer
 //     (syncer.go), one goroutine that makes the mutations of every batch
 //     queued meanwhile durable with one WAL sync (group commit across
-//     connections) and only then releases, encodes and hands back each.
+//     connections) and only then encodes and hands back each; a small
+//     batch returns its tickets at commit, before the sync (deferSync).
 //  4. reply.go, replies: appendResult encodes a command's outcome (unit
 //     frames for ReportUnitUsage, XERROR JSON bodies); statusOf is the one
 //     place engine and tenant errors become protocol statuses.
@@ -86,9 +87,9 @@
 // (admit, checkThrottle, runOrCollect, serveResident) → reply.go
 // (appendMetered) → conn.go (one write). A synced SET: conn.go → admit.go
 // (admit, collectReq) → conn.go (dispatch) → worker.go (submit, run,
-// execBatch, exec, meter) → syncer.go (deferSync, syncLoop: SyncWAL,
-// ackBatch, releaseTickets; deferSync returns a small group's tickets at commit) → reply.go (appendResult) → conn.go (finish,
-// then collectDone and the write on the loop).
+// execBatch, exec, meter) → syncer.go (deferSync: returnTickets; syncLoop:
+// SyncWAL, ackBatch, releaseTickets) → reply.go (appendResult) → conn.go
+// (finish, then collectDone and the write on the loop).
 //
 // # Invariants
 //
