@@ -267,30 +267,23 @@ func (s *cacheShard) replaceLocked(h uint64, id uint32, key []byte, ne *newEntry
 // remove drops key's entry, if resident, for a mutation that deleted the
 // item. The caller holds the key's stripe lock. An entry of the same hash
 // that is another item's stays.
-func (c *itemCache) remove(id uint32, key []byte) {
+func (c *itemCache) remove(id uint32, key []byte) { c.drop(id, key, true) }
+
+// forget drops key's entry, if resident, for a mutation whose commit failed:
+// whether the item is on disk is unknown, so its shard is complete no more.
+func (c *itemCache) forget(id uint32, key []byte) { c.drop(id, key, false) }
+
+func (c *itemCache) drop(id uint32, key []byte, deleted bool) {
 	h := c.hash(id, key)
 	s := c.shard(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
+	s.complete = s.complete && deleted
 	if i, ok := s.index[h]; ok {
 		if e := &s.slots[i]; e.id == id && bytes.Equal(e.key(), key) {
 			s.removeLocked(i)
 		}
-	}
-}
-
-// forget drops key's entry, if resident, for a mutation whose commit failed:
-// whether the item is on disk is unknown, so its shard is complete no more.
-func (c *itemCache) forget(id uint32, key []byte) {
-	h := c.hash(id, key)
-	s := c.shard(h)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.seq++
-	s.complete = false
-	if i, ok := s.index[h]; ok {
-		s.removeLocked(i)
 	}
 }
 
@@ -305,12 +298,15 @@ func (c *itemCache) warm(id uint32, key []byte, hd header, value []byte) {
 	if !s.complete {
 		return // a miss reads Pebble anyway: leave the memory to the load
 	}
-	need := int64(len(key)+len(value)) + entryOverhead
-	if _, taken := s.index[h]; taken || !s.fits(len(key)+len(value)) || s.bytes+need > s.budget {
+	if _, taken := s.index[h]; taken || !s.fits(len(key)+len(value)) {
 		s.complete = false
 		return
 	}
-	s.installLocked(h, id, len(key), hd, newEntryBuf(key, value, nil))
+	// Room runs out at the budget: installLocked would evict (which ends
+	// completeness) or give up, and either way the shard is incomplete.
+	if !s.installLocked(h, id, len(key), hd, newEntryBuf(key, value, nil)) {
+		s.complete = false
+	}
 }
 
 // dropBucket drops every entry of bucket id, a chunk of slots per lock hold.

@@ -149,8 +149,7 @@ type Grant struct {
 	pool     Pool
 	pct      uint8 // the percentile pxx is
 	held     bool  // counted in flight (and its demand taken): Done, Expire or Release ends it
-	ledger   bool  // its demand is still on the ledger (Returned gives it back early)
-	returned bool  // its ticket went back before its reply (Returned)
+	ledger   bool  // its demand is still on the ledger (until Returned, or its end)
 	alone    bool  // admitted as its bucket's only command of its class in flight
 }
 
@@ -506,8 +505,8 @@ func (b *BucketDeadline) Done(g Grant, exec time.Duration, success bool, now tim
 		c.win = new(Window)
 	}
 	c.win.Add(exec)
-	if !g.returned {
-		c.addHold(exec) // it held its ticket until its reply
+	if g.ledger {
+		c.addHold(exec) // not Returned: it held its ticket until its reply
 	}
 	b.refreshLocked(c)
 	c.mu.Unlock()
@@ -524,7 +523,7 @@ func (b *BucketDeadline) Returned(g Grant, held time.Duration) Grant {
 		return g
 	}
 	b.gate.release(g.pool, g.demand)
-	g.ledger, g.returned = false, true
+	g.ledger = false
 	c := &b.classes[g.pool]
 	c.mu.Lock()
 	c.addHold(held)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"kvd/protocol/binary"
 )
@@ -31,11 +32,11 @@ import (
 // holds more batches than there are connections.
 type syncer struct {
 	mu     sync.Mutex
-	cond   sync.Cond // signalled when the queue grows or the syncer stops
-	queue  []*batch  // guarded by mu
-	spare  []*batch  // the previous group's slice, reused
-	early  int64     // guarded by mu: bytes of queued batches that returned their tickets
-	closed bool      // guarded by mu
+	cond   sync.Cond    // signalled when the queue grows or the syncer stops
+	queue  []*batch     // guarded by mu
+	spare  []*batch     // the previous group's slice, reused
+	early  atomic.Int64 // bytes of batches that returned their tickets and await the sync
+	closed bool         // guarded by mu
 	done   chan struct{}
 }
 
@@ -56,17 +57,14 @@ func (s *Server) startSyncer() {
 // waiting, and its bucket sets no max_concurrent, its tickets go back now.
 func (s *Server) deferSync(b *batch) {
 	q := &s.syncs
-	n := s.writtenBytes(b)
-	capped := b.bucket.Settings().MaxConcurrent > 0
-	q.mu.Lock()
-	early := !capped && q.early+n <= syncEarlyBytes
-	if early {
-		q.early += n // reserved before the batch is queued: only this goroutine touches its tickets
-		b.early = n
-	}
-	q.mu.Unlock()
-	if early {
-		s.returnTickets(b, s.opts.Now())
+	// Before the batch is queued only this goroutine touches its tickets.
+	if n := s.writtenBytes(b); b.bucket.Settings().MaxConcurrent == 0 {
+		if q.early.Add(n) <= syncEarlyBytes {
+			b.early = n
+			s.returnTickets(b, s.opts.Now())
+		} else {
+			q.early.Add(-n)
+		}
 	}
 	q.mu.Lock()
 	q.queue = append(q.queue, b)
@@ -99,7 +97,7 @@ func (s *Server) syncLoop() {
 		}
 		q.queue = q.spare[:0]
 		for _, b := range group {
-			q.early -= b.early
+			q.early.Add(-b.early)
 			b.early = 0
 		}
 		q.mu.Unlock()

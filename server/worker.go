@@ -115,6 +115,7 @@ func (r *request) release() {
 	releaseDeadline(r) // a command that never ran gives its demand back
 	r.status, r.reason, r.cas, r.flags, r.num, r.mut = 0, "", 0, 0, 0, false
 	r.size, r.ru, r.wu, r.throttled, r.queued = 0, 0, 0, 0, 0
+	r.granted = time.Time{}
 	r.exp, r.made = 0, false
 	if r.txt.Text() {
 		r.txt = translate.Reply{}
