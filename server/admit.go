@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"kvd/catalog"
+	"kvd/command"
 	"kvd/ingress"
 	"kvd/latency"
 	mc "kvd/protocol/binary"
@@ -34,7 +35,7 @@ const (
 // Unthrottled connections skip both: they take an exempt ticket, which never
 // waits but is counted.
 func (s *Server) admit(c *conn, req *mc.Request) verdict {
-	pool, now, adm := poolOf(req.Opcode), s.opts.Now(), stateOf(c.bucket).adm
+	pool, now, adm := command.PoolOf(req.Opcode), s.opts.Now(), stateOf(c.bucket).adm
 	c.cmdStart = now
 	if c.unthrottled {
 		c.runOrCollect(req, s.ingress.StartExempt(pool, adm, now), now)
@@ -53,7 +54,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	}
 	if c.collect != nil {
 		// Never queue behind our own batch: run it first, then ask again.
-		t, ok := s.ingress.TryAcquire(pool, adm, chargeOf(req), now)
+		t, ok := s.ingress.TryAcquire(pool, adm, command.ChargeOf(req), now)
 		if !ok {
 			c.dropGrant()
 			return admitWait
@@ -61,26 +62,26 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 		c.collectReq(req, t)
 		return admitRun
 	}
-	if t, ok := s.ingress.TryAcquire(pool, adm, chargeOf(req), now); ok {
+	if t, ok := s.ingress.TryAcquire(pool, adm, command.ChargeOf(req), now); ok {
 		c.runOrCollect(req, t, now)
 		return admitRun
 	}
 	b := newBatch(c, c.bucket)
 	r := c.addReq(b, req)
-	t, d, reason := s.ingress.Acquire(pool, adm, b, chargeOf(req), now)
+	t, d, reason := s.ingress.Acquire(pool, adm, b, command.ChargeOf(req), now)
 	switch d {
 	case ingress.Admitted:
-		r.ticket = t
+		r.Ticket = t
 		c.collect = b
 		return admitRun
 	case ingress.Queued:
-		r.queuedAt = now
+		r.QueuedAt = now
 		c.inflight = b // the continuation: Granted or Expired will finish it
 		return admitQueued
 	}
 	b.release() // gives the deadline grant back too
 	c.bucket.Throttle().CountRejected()
-	c.lat.Add(stateOf(c.bucket).latency(), classOf(req.Opcode), c.cmdStart, 0, 0)
+	c.lat.Add(stateOf(c.bucket).latency(), command.ClassOf(req.Opcode), c.cmdStart, 0, 0)
 	st := mc.StatusBusy
 	if d == ingress.TooLarge {
 		st = mc.StatusOutOfMemory
@@ -92,7 +93,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 // checkThrottle asks the bucket's throttle whether a throttled connection's
 // command may run now.
 func (s *Server) checkThrottle(c *conn, req *mc.Request, now time.Time) verdict {
-	b, pending := c.bucket, pendingUnits(req, s.limits().WriteUnitSize)
+	b, pending := c.bucket, command.PendingUnits(req, s.limits().WriteUnitSize)
 	// A refusal right after a second boundary that housekeeping has not
 	// ticked yet would be wrong: end the second here and ask again.
 	if s.throttle.Check(b.Throttle(), pending) || (s.tick(now) && s.throttle.Check(b.Throttle(), pending)) {
@@ -115,18 +116,18 @@ func (s *Server) throttled(c *conn, req *mc.Request, now time.Time) verdict {
 	b := c.bucket
 	if c.parkedSince.IsZero() {
 		b.Throttle().CountThrottled()
-		if c.features&featNonBlocking != 0 {
+		if c.enc.Features&command.FeatNonBlocking != 0 {
 			body := strconv.AppendInt([]byte(`{"next_tick_us":`), s.throttle.NextTick(now), 10)
 			c.out = mc.AppendResponse(c.out, req.Alt(), &mc.Response{Opcode: req.Opcode,
 				Status: mc.StatusWouldThrottle, Opaque: req.Opaque, Datatype: mc.DatatypeJSON, Value: append(body, '}')})
-			c.lat.Add(stateOf(b).latency(), classOf(req.Opcode), now, 0, 0)
+			c.lat.Add(stateOf(b).latency(), command.ClassOf(req.Opcode), now, 0, 0)
 			return admitAnswered
 		}
 		c.parkedSince = now
 	} else if waited := now.Sub(c.parkedSince); waited > s.limits().MaxThrottleWait {
 		b.Throttle().AddWait(waited)
 		b.Throttle().CountRejected()
-		c.lat.Add(stateOf(b).latency(), classOf(req.Opcode), c.parkedSince, waited, 0)
+		c.lat.Add(stateOf(b).latency(), command.ClassOf(req.Opcode), c.parkedSince, waited, 0)
 		c.parkedSince = time.Time{}
 		c.replyError(req, mc.StatusTemporaryFailure, "throttled for "+strconv.FormatInt(waited.Milliseconds(), 10)+
 			" ms in bucket "+b.Name()+", longer than max_throttle_wait_ms="+
@@ -135,16 +136,6 @@ func (s *Server) throttled(c *conn, req *mc.Request, now time.Time) verdict {
 	}
 	c.park()
 	return admitWait
-}
-
-// pendingUnits are the units a command is checked with before it runs: the
-// write's size for SET-like commands, 1 otherwise (SPEC section 5).
-func pendingUnits(req *mc.Request, writeUnit int) int64 {
-	switch req.Opcode.NonQuiet() {
-	case mc.OpSet, mc.OpAdd, mc.OpReplace, mc.OpAppend, mc.OpPrepend:
-		return unitsOf(len(req.Key)+len(req.Value), writeUnit)
-	}
-	return 1
 }
 
 // park registers c in its bucket's parked set, once, to be woken at the
@@ -175,7 +166,7 @@ func (s *Server) tick(now time.Time) bool {
 // runOrCollect answers a first-in-line GET of a resident item on the loop,
 // and otherwise adds the command to the batch being collected.
 func (c *conn) runOrCollect(req *mc.Request, t ingress.Ticket, now time.Time) {
-	if c.collect == nil && poolOf(req.Opcode) == ingress.Read && c.serveResident(req, t, now) {
+	if c.collect == nil && command.PoolOf(req.Opcode) == ingress.Read && c.serveResident(req, t, now) {
 		return
 	}
 	c.collectReq(req, t)
@@ -198,31 +189,31 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 		return false
 	}
 	c.peek = it.Value
-	r := request{hdr: headerOf(req), throttled: c.throttledFor, ticket: t}
+	r := command.Request{Hdr: command.HeaderOf(req), Throttled: c.throttledFor, Ticket: t}
 	c.throttledFor = 0
-	r.dl, r.grant, c.dl, c.grant = c.dl, c.grant, nil, ingress.Grant{}
-	r.ru = unitsOf(len(req.Key)+len(it.Value), s.limits().ReadUnitSize)
+	r.DL, r.Grant, c.dl, c.grant = c.dl, c.grant, nil, ingress.Grant{}
+	r.RU = command.UnitsOf(len(req.Key)+len(it.Value), s.limits().ReadUnitSize)
 	b.Throttle().CountCommand()
 	b.Counters.CmdGet.Add(1)
 	b.Counters.GetHits.Add(1)
-	s.throttle.Charge(b.Throttle(), r.ru, 0)
+	s.throttle.Charge(b.Throttle(), r.RU, 0)
 	if c.txt != nil {
 		stateOf(b).textCommands.Add(1)
-		r.key, r.res, r.flags, r.cas, r.exp = req.Key, it.Value, it.Flags, it.CAS, it.Expiry
-		c.txt.Reply(&r.txt, nil)
-		c.out = c.appendText(c.out, &r)
+		r.Key, r.Res, r.Flags, r.CAS, r.Exp = req.Key, it.Value, it.Flags, it.CAS, it.Expiry
+		c.txt.Reply(&r.Txt, nil)
+		c.out = c.enc.Result(c.out, &r)
 	} else {
 		var key []byte
 		if req.Opcode.NonQuiet() == mc.OpGetK {
 			key = req.Key
 		}
 		var ex [4]byte
-		c.out = c.appendMetered(c.out, &r, it.CAS, mc.AppendUint32(ex[:0], it.Flags), key, it.Value)
+		c.out = c.enc.Metered(c.out, &r, it.CAS, mc.AppendUint32(ex[:0], it.Flags), key, it.Value)
 	}
 	s.ingress.Settle(t, int64(len(it.Value)), now) // teaches the bucket's read estimate
-	endDeadline(&r, now)
+	r.EndDeadline(now)
 	s.ingress.Release(t, now)
-	c.lat.Add(stateOf(b).latency(), latency.Read, now.Add(-r.throttled), r.throttled, 0)
+	c.lat.Add(stateOf(b).latency(), latency.Read, now.Add(-r.Throttled), r.Throttled, 0)
 	return true
 }
 
@@ -232,17 +223,17 @@ func (c *conn) collectReq(req *mc.Request, t ingress.Ticket) {
 	if c.collect == nil {
 		c.collect = newBatch(c, c.bucket)
 	}
-	c.addReq(c.collect, req).ticket = t
+	c.addReq(c.collect, req).Ticket = t
 }
 
 // addReq copies req into b with what admission learnt about it.
-func (c *conn) addReq(b *batch, req *mc.Request) *request {
+func (c *conn) addReq(b *batch, req *mc.Request) *command.Request {
 	r := b.add(req)
-	r.throttled, c.throttledFor = c.throttledFor, 0
-	r.start = c.cmdStart
-	r.dl, r.grant, c.dl, c.grant = c.dl, c.grant, nil, ingress.Grant{}
+	r.Throttled, c.throttledFor = c.throttledFor, 0
+	r.Start = c.cmdStart
+	r.DL, r.Grant, c.dl, c.grant = c.dl, c.grant, nil, ingress.Grant{}
 	if c.txt != nil {
-		c.txt.Reply(&r.txt, &r.aux)
+		c.txt.Reply(&r.Txt, &r.Aux)
 	}
 	return r
 }
@@ -256,13 +247,13 @@ func (c *conn) addReq(b *batch, req *mc.Request) *request {
 func (b *batch) Granted(t ingress.Ticket) {
 	r, s := b.reqs[0], b.c.srv
 	now := s.opts.Now()
-	r.queued = now.Sub(r.queuedAt)
-	if waited, stale := staleGrant(r, now); stale {
+	r.Queued = now.Sub(r.QueuedAt)
+	if waited, stale := r.Stale(now); stale {
 		s.ingress.Release(t, now)
 		b.deadlinePassed(r, waited)
 		return
 	}
-	r.ticket = t
+	r.Ticket = t
 	s.submit(b)
 }
 
@@ -272,15 +263,15 @@ func (b *batch) Granted(t ingress.Ticket) {
 // It runs on the goroutine that expired it, which never waits on the loop.
 func (b *batch) Expired(reason string) {
 	r, now := b.reqs[0], b.c.srv.opts.Now()
-	r.queued = now.Sub(r.queuedAt)
-	if waited, stale := staleGrant(r, now); stale || reason == ingress.DeadlinePassed {
+	r.Queued = now.Sub(r.QueuedAt)
+	if waited, stale := r.Stale(now); stale || reason == ingress.DeadlinePassed {
 		b.deadlinePassed(r, waited)
 		return
 	}
-	releaseDeadline(r)
-	r.status, r.reason = mc.StatusTemporaryFailure, reason
+	r.ReleaseDeadline()
+	r.Status, r.Reason = mc.StatusTemporaryFailure, reason
 	b.bucket.Throttle().CountRejected()
-	b.out = b.c.appendResult(b.out, r)
+	b.out = b.c.enc.Result(b.out, r)
 	b.c.finish(b)
 }
 
@@ -292,43 +283,6 @@ func (s *Server) abandon(b *batch, now time.Time) {
 	if s.ingress.Cancel(b, now) {
 		b.release()
 	}
-}
-
-// classOf is a data command's latency class: its ticket pool's.
-func classOf(op mc.Opcode) latency.Class {
-	if poolOf(op) == ingress.Read {
-		return latency.Read
-	}
-	return latency.Write
-}
-
-// poolOf is the ticket pool of a data command: reads from the read pool,
-// every mutation (TOUCH and GAT included) from the write pool.
-func poolOf(op mc.Opcode) ingress.Pool {
-	switch op.NonQuiet() {
-	case mc.OpGet, mc.OpGetK:
-		return ingress.Read
-	}
-	return ingress.Write
-}
-
-// chargeOf is what a command is charged against max_inflight_bytes: a write
-// its value; a read (GET, GETK, GAT and their quiet forms), whose size is
-// unknown yet, its bucket's estimate, settled once it has run.
-func chargeOf(req *mc.Request) int64 {
-	if estimated(req.Opcode) {
-		return ingress.Estimate
-	}
-	return int64(len(req.Value))
-}
-
-// estimated reports whether a command is charged an estimate (see chargeOf).
-func estimated(op mc.Opcode) bool {
-	switch op.NonQuiet() {
-	case mc.OpGet, mc.OpGetK, mc.OpGAT, mc.OpGATK:
-		return true
-	}
-	return false
 }
 
 // bucketState is the server's own per-bucket state, which the catalog

@@ -10,6 +10,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"kvd/catalog"
+	"kvd/command"
 	"kvd/ingress"
 	"kvd/latency"
 	"kvd/netmem"
@@ -38,8 +39,8 @@ type netConn interface {
 }
 
 // conn is one client connection. Fields above mu belong to the event loop;
-// the worker running the connection's batch only reads features and the
-// batch it was given.
+// the worker running the connection's batch only reads enc's features and
+// the batch it was given.
 type conn struct {
 	srv    *Server
 	gc     netConn
@@ -48,7 +49,7 @@ type conn struct {
 	user        *tenant.User    // nil until SASL succeeds
 	unthrottled bool            // user has the Unthrottled privilege
 	bucket      *catalog.Bucket // selected bucket, nil for none
-	features    features
+	enc         command.Encoder // replies in the connection's HELLO features
 
 	parkedSince  time.Time     // when the head command was first throttled; zero when not
 	throttledFor time.Duration // how long the next batched command was held
@@ -57,11 +58,9 @@ type conn struct {
 	lat          latency.Log   // commands answered this pass, observed after the write
 
 	// The deadline grant of the command being admitted (with dl, its
-	// bucket's gate; nil when it holds none), and the reused body of
-	// deadline refusals (deadline.go).
-	dl      *ingress.BucketDeadline
-	grant   ingress.Grant
-	scratch []byte
+	// bucket's gate; nil when it holds none).
+	dl    *ingress.BucketDeadline
+	grant ingress.Grant
 
 	out      []byte             // replies of this pass, written once at the end
 	peek     []byte             // value buffer of GETs answered on the loop
@@ -90,6 +89,7 @@ type conn struct {
 
 func newConn(s *Server, gc netConn, remote string) *conn {
 	c := &conn{srv: s, gc: gc, remote: remote, usersGen: s.usersGen.Load()}
+	c.enc.Now = s.opts.Now
 	c.lat.Shard = int(s.connSeq.Add(1) % latency.Shards)
 	c.mem.Init(gc, remote)
 	return c
@@ -318,7 +318,7 @@ func (c *conn) handle(req *binary.Request) bool {
 		c.replyError(req, status, reason)
 		return true
 	}
-	if isData(req.Opcode) {
+	if command.IsData(req.Opcode) {
 		return c.runData(req)
 	}
 	if c.collect != nil {
@@ -374,7 +374,7 @@ func (c *conn) batchData(req *binary.Request) bool {
 	}
 	b := c.collect
 	if b != nil && (len(b.reqs) >= maxBatchCommands || b.bytes+len(req.Value) > maxBatchBytes ||
-		(estimated(req.Opcode) && b.reads >= c.srv.maxBatchReads())) {
+		(command.Estimated(req.Opcode) && b.reads >= c.srv.maxBatchReads())) {
 		return false
 	}
 	return c.srv.admit(c, req) != admitWait
@@ -431,7 +431,7 @@ func (c *conn) collectDone() {
 	if b.job == nil && b.bucket != nil {
 		lat := stateOf(b.bucket).latency()
 		for _, r := range b.reqs {
-			c.lat.Add(lat, classOf(r.hdr.op), r.start, r.throttled, r.queued)
+			c.lat.Add(lat, command.ClassOf(r.Hdr.Op), r.Start, r.Throttled, r.Queued)
 		}
 	}
 	if b.after != nil {
@@ -528,9 +528,9 @@ func (c *conn) cancelQueued() {
 	}
 	c.inflight = nil
 	r := b.reqs[0]
-	r.status, r.reason = binary.StatusTemporaryFailure, shutdownReason
+	r.Status, r.Reason = binary.StatusTemporaryFailure, shutdownReason
 	b.bucket.Throttle().CountRejected()
-	c.out = c.appendResult(c.out, r)
+	c.out = c.enc.Result(c.out, r)
 	b.release()
 }
 

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"kvd/command"
 	mc "kvd/protocol/binary"
 	"kvd/protocol/text"
 	"kvd/protocol/translate"
@@ -131,18 +132,18 @@ func TestTextResidentGetAllocs(t *testing.T) {
 
 // TestTextExpiryMeaning: the expiries translate states for text commands
 // mean to the executor what memcached means: a negative exptime is born
-// expired, and incr/decr never create (noCreate).
+// expired, and incr/decr never create (command.NoCreate).
 func TestTextExpiryMeaning(t *testing.T) {
 	now := uint32(1_700_000_000)
-	if at := expiryAt(translate.Expiry(-1), now); at == 0 || at >= now {
+	if at := command.ExpiryAt(translate.Expiry(-1), now); at == 0 || at >= now {
 		t.Errorf("exptime -1 expires at %d, want in the past of %d", at, now)
 	}
 	s := translate.NewSession(0)
 	if _, ok := s.Decode([]byte("incr k 1\r\n")); !ok || s.Next() != translate.Run {
 		t.Fatal("incr did not translate into a request")
 	}
-	if _, _, exp, ok := mc.ArithExtras(s.Request().Extras); !ok || exp != noCreate {
-		t.Errorf("incr's expiry %#x, want noCreate", exp)
+	if _, _, exp, ok := mc.ArithExtras(s.Request().Extras); !ok || exp != command.NoCreate {
+		t.Errorf("incr's expiry %#x, want NoCreate", exp)
 	}
 	if s.Command().Kind != text.KindIncr {
 		t.Errorf("decoded %v", s.Command().Kind)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"kvd/command"
 	"kvd/engine"
 	"kvd/ingress"
 	mc "kvd/protocol/binary"
@@ -20,13 +21,13 @@ import (
 const noBucketName = "@no bucket@"
 
 // helloFeatures maps HELLO feature codes to what they enable.
-var helloFeatures = map[mc.Feature]features{
-	mc.FeatureXError:       featXError,
-	mc.FeatureSelectBucket: featSelectBucket,
-	mc.FeatureJSON:         featJSON,
-	mc.FeatureAltRequest:   featAltRequest,
-	mc.FeatureReportUnits:  featReportUnits,
-	mc.FeatureNonBlocking:  featNonBlocking,
+var helloFeatures = map[mc.Feature]command.Features{
+	mc.FeatureXError:       command.FeatXError,
+	mc.FeatureSelectBucket: command.FeatSelectBucket,
+	mc.FeatureJSON:         command.FeatJSON,
+	mc.FeatureAltRequest:   command.FeatAltRequest,
+	mc.FeatureReportUnits:  command.FeatReportUnits,
+	mc.FeatureNonBlocking:  command.FeatNonBlocking,
 }
 
 // handleControl answers a command that is not a data command. Those that do
@@ -76,15 +77,15 @@ func (c *conn) handleControl(req *mc.Request) {
 // hello resets the connection's features to the supported subset of those
 // asked for, and answers with that subset.
 func (c *conn) hello(req *mc.Request) {
-	c.features = 0
+	c.enc.Features = 0
 	var reply []byte
 	for v := req.Value; len(v) >= 2; v = v[2:] {
 		code := binary.BigEndian.Uint16(v)
 		f, ok := helloFeatures[mc.Feature(code)]
-		if !ok || c.features&f != 0 {
+		if !ok || c.enc.Features&f != 0 {
 			continue
 		}
-		c.features |= f
+		c.enc.Features |= f
 		reply = binary.BigEndian.AppendUint16(reply, code)
 	}
 	c.reply(req, mc.StatusOK, 0, nil, nil, reply)
@@ -121,17 +122,17 @@ func (c *conn) authenticate(b *batch) bool {
 		return true // nothing was tried: no failure to count
 	}
 	r := b.reqs[0]
-	parts := bytes.SplitN(r.value, []byte{0}, 3)
+	parts := bytes.SplitN(r.Value, []byte{0}, 3)
 	name, password := string(parts[1]), parts[2]
 	gen := c.srv.usersGen.Load() // the users this login is checked against
 	user, err := c.srv.users.Authenticate(name, password)
 	if err != nil {
 		c.srv.log.Warn("login refused", "user", name, "remote", c.remote)
-		st, reason := statusOf(err)
-		b.out = c.appendError(b.out, r.hdr, st, reason, nil)
+		st, reason := command.StatusOf(err)
+		b.out = c.enc.Error(b.out, r.Hdr, st, reason, nil)
 		return false
 	}
-	b.out = c.appendReply(b.out, r.hdr, mc.StatusOK, 0, nil, nil, []byte("Authenticated"))
+	b.out = c.enc.Reply(b.out, r.Hdr, mc.StatusOK, 0, nil, nil, []byte("Authenticated"))
 	b.after = func(c *conn) { c.login(user); c.usersGen = gen }
 	return true
 }
@@ -220,7 +221,7 @@ func (c *conn) createBucket(req *mc.Request) {
 	who := c.who()
 	c.startControl(req, func(b *batch) {
 		_, err := c.srv.cat.Create(name, set, who)
-		b.out = c.appendOutcome(b.out, b.reqs[0].hdr, err)
+		b.out = c.enc.Outcome(b.out, b.reqs[0].Hdr, err)
 	})
 }
 
@@ -234,14 +235,14 @@ func (c *conn) deleteBucket(req *mc.Request) {
 	name, who := string(req.Key), c.who()
 	c.startControl(req, func(b *batch) {
 		if err := c.srv.cat.Delete(name, who); err != nil {
-			st, reason := statusOf(err)
+			st, reason := command.StatusOf(err)
 			if errors.Is(err, engine.ErrBucketNotFound) {
 				reason = "no such bucket: " + name
 			}
-			b.out = c.appendError(b.out, b.reqs[0].hdr, st, reason, nil)
+			b.out = c.enc.Error(b.out, b.reqs[0].Hdr, st, reason, nil)
 			return
 		}
-		b.out = c.appendReply(b.out, b.reqs[0].hdr, mc.StatusOK, 0, nil, nil, nil)
+		b.out = c.enc.Reply(b.out, b.reqs[0].Hdr, mc.StatusOK, 0, nil, nil, nil)
 	})
 }
 
@@ -260,10 +261,10 @@ func (c *conn) flush(req *mc.Request) {
 		err := c.srv.flushBucket(b, delay)
 		switch {
 		case err != nil:
-			st, reason := statusOf(err)
-			b.out = c.appendError(b.out, b.reqs[0].hdr, st, reason, nil)
+			st, reason := command.StatusOf(err)
+			b.out = c.enc.Error(b.out, b.reqs[0].Hdr, st, reason, nil)
 		case !quiet:
-			b.out = c.appendReply(b.out, b.reqs[0].hdr, mc.StatusOK, 0, nil, nil, nil)
+			b.out = c.enc.Reply(b.out, b.reqs[0].Hdr, mc.StatusOK, 0, nil, nil, nil)
 		}
 	})
 }
@@ -278,7 +279,7 @@ func (s *Server) flushBucket(b *batch, delay uint32) error {
 		err = store.Flush()
 	} else {
 		now := uint32(s.opts.Now().Unix())
-		err = store.FlushAt(expiryAt(delay, now), now)
+		err = store.FlushAt(command.ExpiryAt(delay, now), now)
 	}
 	if err != nil {
 		return err
@@ -312,7 +313,7 @@ func (c *conn) setBucketThrottle(req *mc.Request) {
 	}
 	who := c.who()
 	c.startControl(req, func(bt *batch) {
-		bt.out = c.appendOutcome(bt.out, bt.reqs[0].hdr, c.srv.cat.SetBucketSettings(b, set, who))
+		bt.out = c.enc.Outcome(bt.out, bt.reqs[0].Hdr, c.srv.cat.SetBucketSettings(b, set, who))
 	})
 }
 
@@ -332,7 +333,7 @@ func (c *conn) setNodeThrottle(req *mc.Request) {
 	}
 	who := c.who()
 	c.startControl(req, func(bt *batch) {
-		bt.out = c.appendOutcome(bt.out, bt.reqs[0].hdr, c.srv.cat.SetNode(next, who))
+		bt.out = c.enc.Outcome(bt.out, bt.reqs[0].Hdr, c.srv.cat.SetNode(next, who))
 	})
 }
 
@@ -381,7 +382,7 @@ func (c *conn) stats(req *mc.Request) {
 // when the client negotiated the JSON feature.
 func (c *conn) statJSON(req *mc.Request, name string, doc []byte) {
 	res := mc.Response{Opcode: req.Opcode, Opaque: req.Opaque, Key: []byte(name), Value: doc}
-	if c.features&featJSON != 0 {
+	if c.enc.Features&command.FeatJSON != 0 {
 		res.Datatype = mc.DatatypeJSON
 	}
 	c.out = mc.AppendResponse(c.out, req.Alt(), &res)
@@ -503,7 +504,7 @@ func (c *conn) textFlush(delay uint32, noreply bool) {
 		err := c.srv.flushBucket(b, delay)
 		switch {
 		case err != nil:
-			_, reason := statusOf(err)
+			_, reason := command.StatusOf(err)
 			b.out = text.AppendServerError(b.out, reason)
 		case !noreply:
 			b.out = append(b.out, "OK\r\n"...)

@@ -1,10 +1,10 @@
 package server
 
 import (
-	"strconv"
 	"time"
 
 	"kvd/catalog"
+	"kvd/command"
 	"kvd/ingress"
 	"kvd/protocol/binary"
 	"kvd/tenant"
@@ -89,53 +89,8 @@ func (s *Server) checkDeadline(c *conn, req *binary.Request, pool ingress.Pool, 
 	}
 	c.bucket.Throttle().CountRejected()
 	c.throttledFor = 0 // the command is answered: its throttle wait is not the next one's
-	c.out = c.appendDeadlineRefusal(c.out, req, g, capacity, retry)
+	c.out = c.enc.DeadlineRefusal(c.out, req, g, capacity, retry)
 	return admitAnswered
-}
-
-// endDeadline ends r's grant when its reply is ready at now: Done with the
-// time from its ticket to now. A command that ended in an internal error is
-// not a sample of the execution time.
-func endDeadline(r *request, now time.Time) {
-	if r.dl == nil {
-		return
-	}
-	ok := r.status != binary.StatusInternal && r.status != binary.StatusTemporaryFailure
-	at := r.granted
-	if r.ticket.Valid() {
-		at = r.ticket.AcquiredAt()
-	}
-	r.dl.Done(r.grant, now.Sub(at), ok, now)
-	r.dl, r.grant = nil, ingress.Grant{}
-}
-
-// releaseDeadline gives back r's grant, if it still holds one, without
-// counting anything: the command will not run.
-func releaseDeadline(r *request) {
-	if r.dl == nil {
-		return
-	}
-	r.dl.Release(r.grant)
-	r.dl, r.grant = nil, ingress.Grant{}
-}
-
-// expireDeadline ends r's grant because its deadline passed while it waited.
-func expireDeadline(r *request) {
-	if r.dl == nil {
-		return
-	}
-	r.dl.Expire(r.grant)
-	r.dl, r.grant = nil, ingress.Grant{}
-}
-
-// staleGrant reports whether r, queued for a ticket, has a deadline that
-// has passed at now, and how long it has waited since it arrived (0 for a
-// command without a deadline).
-func staleGrant(r *request, now time.Time) (time.Duration, bool) {
-	if r.dl == nil {
-		return 0, false
-	}
-	return now.Sub(r.grant.Due().Add(-r.grant.Deadline())), r.grant.Passed(now)
 }
 
 // Due implements ingress.DeadlineWaiter for a batch queued for a ticket (a
@@ -144,25 +99,19 @@ func staleGrant(r *request, now time.Time) (time.Duration, bool) {
 // answers it through Expired as soon as the deadline has passed, rather than
 // when it would have been granted a ticket.
 func (b *batch) Due() time.Time {
-	if len(b.reqs) == 0 || b.reqs[0].dl == nil {
+	if len(b.reqs) == 0 || b.reqs[0].DL == nil {
 		return time.Time{}
 	}
-	return b.reqs[0].grant.Due()
+	return b.reqs[0].Grant.Due()
 }
 
 // deadlinePassed answers r, the one command of a queued batch, whose
 // deadline passed before it got a ticket: 0x86 "deadline passed after N ms
 // in the queue", its grant ended by Expire, and the batch handed back to its
 // loop.
-func (b *batch) deadlinePassed(r *request, waited time.Duration) {
-	expireDeadline(r)
-	r.status, r.reason = binary.StatusTemporaryFailure, deadlinePassedReason(waited)
-	b.out = b.c.appendResult(b.out, r)
+func (b *batch) deadlinePassed(r *command.Request, waited time.Duration) {
+	r.ExpireDeadline()
+	r.Status, r.Reason = binary.StatusTemporaryFailure, command.DeadlinePassedReason(waited)
+	b.out = b.c.enc.Result(b.out, r)
 	b.c.finish(b)
-}
-
-// deadlinePassedReason is the 0x86 reason of a command whose deadline passed
-// while it waited for a ticket.
-func deadlinePassedReason(waited time.Duration) string {
-	return "deadline passed after " + strconv.FormatInt(waited.Milliseconds(), 10) + " ms in the queue"
 }

@@ -1,22 +1,9 @@
 package server
 
-// What the loop knows of frames before it runs them: the HELLO features a
-// connection enabled, the protocols that share the port, which opcodes are
-// data commands, and the frame infos an alt request may carry.
+// What the loop knows of frames before it runs them: the protocols that share
+// the port and the frame infos an alt request may carry.
 
 import "kvd/protocol/binary"
-
-// HELLO features a connection can enable.
-type features uint16
-
-const (
-	featXError features = 1 << iota
-	featSelectBucket
-	featJSON
-	featAltRequest
-	featReportUnits
-	featNonBlocking
-)
 
 // Connection protocols: memcached's text and meta protocols share the port
 // with binary, and the first byte of a connection decides (detect).
@@ -25,18 +12,6 @@ const (
 	protoBinary
 	protoText
 )
-
-// isData reports whether op is a data command: one that reads or writes
-// items, is metered, throttled and admitted.
-func isData(op binary.Opcode) bool {
-	switch op.NonQuiet() {
-	case binary.OpGet, binary.OpGetK, binary.OpSet, binary.OpAdd, binary.OpReplace,
-		binary.OpDelete, binary.OpIncrement, binary.OpDecrement, binary.OpAppend,
-		binary.OpPrepend, binary.OpTouch, binary.OpGAT, binary.OpGATK:
-		return true
-	}
-	return false
-}
 
 // checkFrameInfos validates an alt request's frame infos: 0 (barrier) is
 // accepted (kvd always executes in order), the other known ids are not

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"kvd/catalog"
+	"kvd/command"
 	"kvd/observe"
 	mc "kvd/protocol/binary"
 )
@@ -48,7 +49,7 @@ func (s *Server) generalStats(b *catalog.Bucket, emit observe.Emit) { s.view.Gen
 func (s *Server) bucketDetails(name string, canSee func(string) bool) (string, []byte, mc.Status, string) {
 	key, doc, err := s.view.BucketDetails(name, canSee)
 	if err != nil {
-		st, reason := statusOf(err)
+		st, reason := command.StatusOf(err)
 		return "", nil, st, reason
 	}
 	return key, doc, mc.StatusOK, ""
@@ -58,7 +59,7 @@ func (s *Server) bucketDetails(name string, canSee func(string) bool) (string, [
 func (s *Server) clusterStats(canSee func(string) bool) ([]byte, mc.Status, string) {
 	doc, err := s.view.Cluster(canSee)
 	if err != nil {
-		st, reason := statusOf(err)
+		st, reason := command.StatusOf(err)
 		return nil, st, reason
 	}
 	return doc, mc.StatusOK, ""

@@ -77,7 +77,7 @@ func (s *Server) deferSync(b *batch) {
 func (s *Server) writtenBytes(b *batch) int64 {
 	var wu int64
 	for _, r := range b.reqs {
-		wu += r.wu
+		wu += r.WU
 	}
 	return max(1, wu) * int64(s.limits().WriteUnitSize)
 }
@@ -130,13 +130,13 @@ func (s *Server) ackBatch(b *batch, err error) {
 	if err != nil {
 		s.log.Error("wal sync failed", "err", err)
 		for _, r := range b.reqs {
-			if r.mut {
-				r.status, r.reason = binary.StatusInternal, "wal sync failed: "+err.Error()
+			if r.Mut {
+				r.Status, r.Reason = binary.StatusInternal, "wal sync failed: "+err.Error()
 			}
 		}
 	}
 	s.releaseTickets(b)
 	for _, r := range b.reqs {
-		b.out = b.c.appendResult(b.out, r)
+		b.out = b.c.enc.Result(b.out, r)
 	}
 }

@@ -24,7 +24,9 @@ var allowedImports = map[string][]string{
 	"kvd/ingress":                {"kvd/probe", "kvd/gauge"},
 	// netmem is about gnet's connections: it pauses reading through gnet's poller.
 	"kvd/netmem": {"github.com/panjf2000/gnet/v2"},
-	"kvd/server": {"kvd/catalog", "kvd/protocol/binary", "kvd/protocol/text", "kvd/protocol/translate", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/probe", "kvd/netmem",
+	"kvd/command": {"kvd/catalog", "kvd/engine", "kvd/ingress", "kvd/latency", "kvd/observe", "kvd/tenant",
+		"kvd/protocol/binary", "kvd/protocol/translate"},
+	"kvd/server": {"kvd/command", "kvd/catalog", "kvd/protocol/binary", "kvd/protocol/text", "kvd/protocol/translate", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/probe", "kvd/netmem",
 		"kvd/gauge", "kvd/observe", "kvd/latency", "github.com/panjf2000/gnet/v2", "github.com/tidwall/gjson",
 		"github.com/cockroachdb/pebble/v2"},
 	"kvd/observe": {"kvd/catalog", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/gauge", "kvd/latency",

@@ -1,4 +1,4 @@
-package server
+package command
 
 import (
 	"encoding/json"
@@ -21,8 +21,8 @@ func TestExpiryAt(t *testing.T) {
 		{relativeExpiryLimit + 1, relativeExpiryLimit + 1}, // absolute, long past
 		{now + 50, now + 50},                               // absolute in the future
 	} {
-		if got := expiryAt(tc.exp, now); got != tc.want {
-			t.Errorf("expiryAt(%d) = %d, want %d", tc.exp, got, tc.want)
+		if got := ExpiryAt(tc.exp, now); got != tc.want {
+			t.Errorf("ExpiryAt(%d) = %d, want %d", tc.exp, got, tc.want)
 		}
 	}
 }
@@ -34,8 +34,8 @@ func TestUnits(t *testing.T) {
 	}{
 		{0, 1024, 1}, {1, 1024, 1}, {1024, 1024, 1}, {1025, 1024, 2}, {5000, 4096, 2}, {8192, 4096, 2},
 	} {
-		if got := unitsOf(tc.size, tc.unit); got != tc.want {
-			t.Errorf("unitsOf(%d, %d) = %d, want %d", tc.size, tc.unit, got, tc.want)
+		if got := UnitsOf(tc.size, tc.unit); got != tc.want {
+			t.Errorf("UnitsOf(%d, %d) = %d, want %d", tc.size, tc.unit, got, tc.want)
 		}
 	}
 	big := make([]byte, 3000)
@@ -47,8 +47,8 @@ func TestUnits(t *testing.T) {
 		if tc.op == mc.OpGet || tc.op == mc.OpDelete || tc.op == mc.OpIncrement || tc.op == mc.OpTouch {
 			req.Value = nil
 		}
-		if got := pendingUnits(req, 1024); got != tc.want {
-			t.Errorf("pendingUnits(%v) = %d, want %d", tc.op, got, tc.want)
+		if got := PendingUnits(req, 1024); got != tc.want {
+			t.Errorf("PendingUnits(%v) = %d, want %d", tc.op, got, tc.want)
 		}
 	}
 }
@@ -70,9 +70,9 @@ func TestStatusOf(t *testing.T) {
 			"invalid settings: reserved 9 exceeds hard_limit 5"},
 		{errors.New("disk on fire"), mc.StatusInternal, "disk on fire"},
 	} {
-		st, reason := statusOf(tc.err)
+		st, reason := StatusOf(tc.err)
 		if st != tc.status || reason != tc.reason {
-			t.Errorf("statusOf(%v) = %v %q, want %v %q", tc.err, st, reason, tc.status, tc.reason)
+			t.Errorf("StatusOf(%v) = %v %q, want %v %q", tc.err, st, reason, tc.status, tc.reason)
 		}
 	}
 }
@@ -101,11 +101,11 @@ func TestErrorJSONIsValid(t *testing.T) {
 
 // The reply of a GET hit, the hot path's encode, allocates nothing.
 func TestAppendResultAllocs(t *testing.T) {
-	c := &conn{features: featReportUnits}
-	r := &request{hdr: header{op: mc.OpGet, opaque: 7}, res: []byte("value"), cas: 9, ru: 1}
+	e := &Encoder{Features: FeatReportUnits}
+	r := &Request{Hdr: Header{Op: mc.OpGet, Opaque: 7}, Res: []byte("value"), CAS: 9, RU: 1}
 	dst := make([]byte, 0, 256)
-	if n := testing.AllocsPerRun(1000, func() { dst = c.appendResult(dst[:0], r) }); n != 0 {
-		t.Errorf("appendResult allocates %.1f times per GET hit, want 0", n)
+	if n := testing.AllocsPerRun(1000, func() { dst = e.Result(dst[:0], r) }); n != 0 {
+		t.Errorf("Result allocates %.1f times per GET hit, want 0", n)
 	}
 	var res mc.Response
 	if _, err := mc.DecodeResponse(dst, 1<<20, &res); err != nil || string(res.Value) != "value" || res.Magic != mc.MagicAltResponse {

@@ -1,0 +1,199 @@
+package command
+
+import (
+	"errors"
+	"strconv"
+
+	"kvd/catalog"
+	"kvd/engine"
+	"kvd/ingress"
+	"kvd/latency"
+	"kvd/protocol/binary"
+)
+
+// relativeExpiryLimit is memcached's rule: expiry values up to 30 days are
+// relative to now, larger ones are absolute Unix times.
+const relativeExpiryLimit = 30 * 24 * 3600
+
+// NoCreate is INCR/DECR's expiry meaning "fail instead of creating".
+const NoCreate = 0xffffffff
+
+// ExpiryAt converts a protocol expiry into an absolute Unix time (0 = never).
+// An absolute time in the past stays in the past: the item is born expired.
+func ExpiryAt(exp, now uint32) uint32 {
+	switch {
+	case exp == 0:
+		return 0
+	case exp <= relativeExpiryLimit:
+		return now + exp
+	default:
+		return exp
+	}
+}
+
+// Exec runs one data command against bk, recording its result in r. It
+// does I/O: it runs on a worker, never on an event loop.
+func Exec(bk *catalog.Bucket, r *Request, now uint32) {
+	op := r.Hdr.Op.NonQuiet()
+	var err error
+	switch op {
+	case binary.OpGet, binary.OpGetK:
+		err = execGet(bk, r, now)
+	case binary.OpSet, binary.OpAdd, binary.OpReplace:
+		bk.Counters.CmdSet.Add(1)
+		flags, exp, _ := binary.SetExtras(r.Extras)
+		r.CAS, err = bk.Store().Store(storeMode(op), r.Key, r.Value, flags, ExpiryAt(exp, now), r.Hdr.CAS, now)
+	case binary.OpAppend, binary.OpPrepend:
+		bk.Counters.CmdSet.Add(1)
+		r.CAS, r.Size, err = bk.Store().StoreN(storeMode(op), r.Key, r.Value, 0, 0, r.Hdr.CAS, now)
+	case binary.OpDelete:
+		err = bk.Store().Delete(r.Key, r.Hdr.CAS, now)
+	case binary.OpIncrement, binary.OpDecrement:
+		delta, initial, exp, _ := binary.ArithExtras(r.Extras)
+		var res engine.ArithResult
+		res, err = bk.Store().ArithItem(r.Key, op == binary.OpIncrement, delta, initial,
+			ExpiryAt(exp, now), exp != NoCreate, r.Hdr.CAS, now)
+		r.Num, r.CAS, r.Exp, r.Made = res.Value, res.CAS, res.Expiry, res.Created
+	case binary.OpTouch, binary.OpGAT, binary.OpGATK:
+		err = execTouch(bk, r, now)
+	}
+	if err != nil {
+		r.Status, r.Reason = StatusOf(err)
+		return
+	}
+	r.Mut = op != binary.OpGet && op != binary.OpGetK
+}
+
+func execGet(bk *catalog.Bucket, r *Request, now uint32) error {
+	bk.Counters.CmdGet.Add(1)
+	it, err := bk.Store().Get(r.Key, now, r.Res[:0])
+	if err != nil {
+		if errors.Is(err, engine.ErrNotFound) {
+			bk.Counters.GetMisses.Add(1)
+		}
+		return err
+	}
+	bk.Counters.GetHits.Add(1)
+	r.Res, r.Flags, r.CAS, r.Exp = it.Value, it.Flags, it.CAS, it.Expiry
+	return nil
+}
+
+func execTouch(bk *catalog.Bucket, r *Request, now uint32) error {
+	bk.Counters.CmdTouch.Add(1)
+	exp, _ := binary.TouchExtras(r.Extras)
+	it, err := bk.Store().Touch(r.Key, ExpiryAt(exp, now), now, r.Res[:0])
+	if err != nil {
+		if errors.Is(err, engine.ErrNotFound) {
+			bk.Counters.TouchMisses.Add(1)
+		}
+		return err
+	}
+	bk.Counters.TouchHits.Add(1)
+	r.Res, r.Flags, r.CAS, r.Exp = it.Value, it.Flags, it.CAS, it.Expiry
+	return nil
+}
+
+func storeMode(op binary.Opcode) engine.StoreMode {
+	switch op {
+	case binary.OpAdd:
+		return engine.ModeAdd
+	case binary.OpReplace:
+		return engine.ModeReplace
+	case binary.OpAppend:
+		return engine.ModeAppend
+	case binary.OpPrepend:
+		return engine.ModePrepend
+	}
+	return engine.ModeSet
+}
+
+// Units sets r's read and write units from what it did, with rus and wus
+// bytes per read and write unit (SPEC section 5). A failed command costs
+// nothing.
+func Units(r *Request, rus, wus int) {
+	if r.Status != binary.StatusOK {
+		return
+	}
+	k := len(r.Key)
+	switch r.Hdr.Op.NonQuiet() {
+	case binary.OpGet, binary.OpGetK:
+		r.RU = UnitsOf(k+len(r.Res), rus)
+	case binary.OpSet, binary.OpAdd, binary.OpReplace:
+		r.WU = UnitsOf(k+len(r.Value), wus)
+	case binary.OpAppend, binary.OpPrepend:
+		r.RU, r.WU = UnitsOf(k+r.Size-len(r.Value), rus), UnitsOf(k+r.Size, wus)
+	case binary.OpDelete:
+		r.WU = 1
+	case binary.OpIncrement, binary.OpDecrement:
+		n := len(strconv.AppendUint(r.Res[:0], r.Num, 10))
+		r.RU, r.WU = UnitsOf(k+n, rus), UnitsOf(k+n, wus)
+	case binary.OpTouch:
+		r.WU = UnitsOf(k+len(r.Res), wus)
+	case binary.OpGAT, binary.OpGATK:
+		r.RU, r.WU = UnitsOf(k+len(r.Res), rus), UnitsOf(k+len(r.Res), wus)
+	}
+}
+
+// UnitsOf is ceil(size/unit), at least 1.
+func UnitsOf(size, unit int) int64 {
+	return max(1, int64((size+unit-1)/unit))
+}
+
+// PendingUnits are the units a command is checked with before it runs: the
+// write's size for SET-like commands, 1 otherwise (SPEC section 5).
+func PendingUnits(req *binary.Request, writeUnit int) int64 {
+	switch req.Opcode.NonQuiet() {
+	case binary.OpSet, binary.OpAdd, binary.OpReplace, binary.OpAppend, binary.OpPrepend:
+		return UnitsOf(len(req.Key)+len(req.Value), writeUnit)
+	}
+	return 1
+}
+
+// IsData reports whether op is a data command: one that reads or writes
+// items, is metered, throttled and admitted.
+func IsData(op binary.Opcode) bool {
+	switch op.NonQuiet() {
+	case binary.OpGet, binary.OpGetK, binary.OpSet, binary.OpAdd, binary.OpReplace,
+		binary.OpDelete, binary.OpIncrement, binary.OpDecrement, binary.OpAppend,
+		binary.OpPrepend, binary.OpTouch, binary.OpGAT, binary.OpGATK:
+		return true
+	}
+	return false
+}
+
+// PoolOf is the ticket pool of a data command: reads from the read pool,
+// every mutation (TOUCH and GAT included) from the write pool.
+func PoolOf(op binary.Opcode) ingress.Pool {
+	switch op.NonQuiet() {
+	case binary.OpGet, binary.OpGetK:
+		return ingress.Read
+	}
+	return ingress.Write
+}
+
+// ClassOf is a data command's latency class: its ticket pool's.
+func ClassOf(op binary.Opcode) latency.Class {
+	if PoolOf(op) == ingress.Read {
+		return latency.Read
+	}
+	return latency.Write
+}
+
+// ChargeOf is what a command is charged against max_inflight_bytes: a write
+// its value; a read (GET, GETK, GAT and their quiet forms), whose size is
+// unknown yet, its bucket's estimate, settled once it has run.
+func ChargeOf(req *binary.Request) int64 {
+	if Estimated(req.Opcode) {
+		return ingress.Estimate
+	}
+	return int64(len(req.Value))
+}
+
+// Estimated reports whether a command is charged an estimate (see ChargeOf).
+func Estimated(op binary.Opcode) bool {
+	switch op.NonQuiet() {
+	case binary.OpGet, binary.OpGetK, binary.OpGAT, binary.OpGATK:
+		return true
+	}
+	return false
+}
