@@ -45,7 +45,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 		return v
 	}
 	c.cmdStart = now.Add(-c.throttledFor) // frame complete, before any parking
-	arrival := c.in.at(c.gc.InboundBuffered(), now)
+	arrival := c.in.At(c.gc.InboundBuffered(), now)
 	if arrival.After(c.cmdStart) {
 		arrival = c.cmdStart
 	}

@@ -51,11 +51,11 @@ type conn struct {
 	bucket      *catalog.Bucket // selected bucket, nil for none
 	enc         command.Encoder // replies in the connection's HELLO features
 
-	parkedSince  time.Time     // when the head command was first throttled; zero when not
-	throttledFor time.Duration // how long the next batched command was held
-	cmdStart     time.Time     // frame complete of the command being admitted
-	in           inputClock    // when the input's bytes arrived (arrival.go)
-	lat          latency.Log   // commands answered this pass, observed after the write
+	parkedSince  time.Time          // when the head command was first throttled; zero when not
+	throttledFor time.Duration      // how long the next batched command was held
+	cmdStart     time.Time          // frame complete of the command being admitted
+	in           ingress.InputClock // when the input's bytes arrived
+	lat          latency.Log        // commands answered this pass, observed after the write
 
 	// The deadline grant of the command being admitted (with dl, its
 	// bucket's gate; nil when it holds none).
@@ -107,11 +107,11 @@ func (c *conn) onTraffic() gnet.Action {
 		return gnet.Close
 	}
 	c.stopped = false
-	if in := c.gc.InboundBuffered(); c.in.grew(in) { // a wake after a batch brings no input
-		c.in.arrived(in, c.srv.opts.Now())
+	if in := c.gc.InboundBuffered(); c.in.Grew(in) { // a wake after a batch brings no input
+		c.in.Arrived(in, c.srv.opts.Now())
 	}
 	action := c.serve()
-	c.in.passed(c.gc.InboundBuffered())
+	c.in.Passed(c.gc.InboundBuffered())
 	if len(c.out) > 0 {
 		_, _ = c.gc.Write(c.out)
 		if cap(c.out) > 1<<20 {

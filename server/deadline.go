@@ -15,7 +15,7 @@ import (
 //
 // A data command that takes a ticket asks its bucket's gate after the
 // throttle said run and before ingress.Acquire (checkDeadline), with the
-// time its bytes arrived (arrival.go), so that what it waited in the
+// time its bytes arrived (ingress.InputClock), so that what it waited in the
 // connection's input already counts. Refused, it
 // is answered 0x86 at once: "deadline <D> ms cannot be met: …" with
 // retry_after_us (in the XERROR JSON, or at the end of the plain-text
@@ -65,7 +65,7 @@ func (s *Server) setBucketDeadline(b *catalog.Bucket) {
 
 // checkDeadline asks c's bucket's gate whether req, of class pool, can meet
 // the bucket's deadline; arrival is when the command's bytes reached the
-// loop (arrival.go), from which its deadline counts, so that the time it
+// loop (ingress.InputClock), from which its deadline counts, so that the time it
 // waited in the connection's input or for the throttle is spent already.
 // Admitted, the Grant waits in c.grant for the request the command is copied
 // into (addReq, serveResident), or for dropGrant. Refused, the command is

@@ -15,7 +15,7 @@
 //     the loop, answer 0x0c in non-blocking mode, or 0x86 past
 //     max_throttle_wait_ms), then, for a bucket with deadline_ms, its
 //     deadline gate (deadline.go; the deadline counts from when the
-//     command's bytes reached the loop, arrival.go), then ingress for a
+//     command's bytes reached the loop, ingress.InputClock), then ingress for a
 //     ticket. An admitted GET of a
 //     resident item that is first in line is answered on the loop
 //     (serveResident); every other admitted command joins the batch being

@@ -49,8 +49,8 @@ type Server struct {
 	connSeq    atomic.Uint64 // connections opened, numbering them (latency.Shards)
 	work       workers
 	logins     *tenant.LoginGate // paces and verifies SASL attempts
-	syncs      syncer
-	view       *observe.View // STAT groups, /metrics and the node totals (observe.go)
+	syncs      *engine.GroupSync // group commit of synced writes (syncer.go)
+	view       *observe.View     // STAT groups, /metrics and the node totals (observe.go)
 
 	stopHouse chan struct{}
 	houseDone chan struct{}

@@ -34,7 +34,6 @@ type batch struct {
 	bytes  int    // value bytes of reqs
 	reads  int    // reads among reqs, whose replies carry values
 	out    []byte // encoded replies, in request order
-	early  int64  // bytes counted in the syncer's early-return budget
 
 	// job, when set, runs instead of the data commands (control commands
 	// that do I/O or slow work: SASL, FLUSH, CREATE/DELETE_BUCKET).
@@ -84,7 +83,7 @@ func (s *Server) startWorkers() {
 	w := &s.work
 	w.cond.L, w.idle.L = &w.mu, &w.mu
 	n := max(16, 8*runtime.GOMAXPROCS(0))
-	s.startSyncer()
+	s.syncs = s.db.StartGroupSync(syncEarlyBytes)
 	w.exited.Add(n)
 	for range n {
 		go s.worker()
@@ -137,7 +136,7 @@ func (s *Server) stopWorkers() {
 	w.mu.Unlock()
 	w.cond.Broadcast()
 	w.exited.Wait()
-	s.stopSyncer()
+	s.syncs.Close()
 }
 
 // run executes b on a worker goroutine and hands it back to its loop.

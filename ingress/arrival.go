@@ -1,4 +1,4 @@
-package server
+package ingress
 
 import "time"
 
@@ -13,7 +13,7 @@ import "time"
 //
 // gnet reads a connection's socket only on its loop and calls OnTraffic
 // after every read, so the loop sees every byte as soon as it is read. An
-// inputClock keeps, per connection, a few marks "the first N bytes of input
+// InputClock keeps, per connection, a few marks "the first N bytes of input
 // had arrived by time T"; a command's arrival is the mark of its first byte.
 
 // inputMarks bounds the marks kept per connection. When more reads than that
@@ -21,9 +21,9 @@ import "time"
 // taken to have arrived earlier than they did, never later.
 const inputMarks = 8
 
-// inputClock maps a connection's input bytes to when they arrived. It
+// InputClock maps a connection's input bytes to when they arrived. It
 // belongs to the connection's loop. The zero value is ready to use.
-type inputClock struct {
+type InputClock struct {
 	marks [inputMarks]inputMark // a FIFO ring, oldest at head
 	head  int
 	n     int
@@ -38,10 +38,10 @@ type inputMark struct {
 	at  time.Time
 }
 
-// arrived notes, at the start of a pass over the input, that the input now
+// Arrived notes, at the start of a pass over the input, that the input now
 // holds buffered bytes: those beyond what the previous pass left arrived by
 // now.
-func (ic *inputClock) arrived(buffered int, now time.Time) {
+func (ic *InputClock) Arrived(buffered int, now time.Time) {
 	grown := int64(buffered - ic.left)
 	if grown <= 0 {
 		return
@@ -55,18 +55,18 @@ func (ic *inputClock) arrived(buffered int, now time.Time) {
 	ic.n++
 }
 
-// grew reports whether the input holds bytes the previous pass did not
+// Grew reports whether the input holds bytes the previous pass did not
 // leave: only then does arrived need the time.
-func (ic *inputClock) grew(buffered int) bool { return buffered > ic.left }
+func (ic *InputClock) Grew(buffered int) bool { return buffered > ic.left }
 
-// passed notes, at the end of a pass, how many bytes the pass left in the
+// Passed notes, at the end of a pass, how many bytes the pass left in the
 // input.
-func (ic *inputClock) passed(buffered int) { ic.left = buffered }
+func (ic *InputClock) Passed(buffered int) { ic.left = buffered }
 
-// at returns when the first byte of the input still buffered (buffered bytes
+// At returns when the first byte of the input still buffered (buffered bytes
 // of it) arrived, dropping the marks of bytes consumed since; or now if no
 // mark covers it (a byte the clock never saw).
-func (ic *inputClock) at(buffered int, now time.Time) time.Time {
+func (ic *InputClock) At(buffered int, now time.Time) time.Time {
 	start := ic.total - int64(buffered) // first unconsumed byte
 	for ic.n > 0 {
 		m := ic.marks[ic.head]
