@@ -11,6 +11,7 @@ import (
 	"kvd/latency"
 	mc "kvd/protocol/binary"
 	"kvd/tenant"
+	"kvd/work"
 )
 
 // verdict is admission's answer for one data command.
@@ -66,7 +67,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 		c.runOrCollect(req, t, now)
 		return admitRun
 	}
-	b := newBatch(c, c.bucket)
+	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
 	r := c.addReq(b, req)
 	t, d, reason := s.ingress.Acquire(pool, adm, b, command.ChargeOf(req), now)
 	switch d {
@@ -79,7 +80,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 		c.inflight = b // the continuation: Granted or Expired will finish it
 		return admitQueued
 	}
-	b.release() // gives the deadline grant back too
+	b.Release() // gives the deadline grant back too
 	c.bucket.Throttle().CountRejected()
 	c.lat.Add(stateOf(c.bucket).latency(), command.ClassOf(req.Opcode), c.cmdStart, 0, 0)
 	st := mc.StatusBusy
@@ -221,14 +222,14 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 // collected.
 func (c *conn) collectReq(req *mc.Request, t ingress.Ticket) {
 	if c.collect == nil {
-		c.collect = newBatch(c, c.bucket)
+		c.collect = c.srv.work.NewBatch(c, &c.enc, c.bucket)
 	}
 	c.addReq(c.collect, req).Ticket = t
 }
 
 // addReq copies req into b with what admission learnt about it.
-func (c *conn) addReq(b *batch, req *mc.Request) *command.Request {
-	r := b.add(req)
+func (c *conn) addReq(b *work.Batch, req *mc.Request) *command.Request {
+	r := b.Add(req)
 	r.Throttled, c.throttledFor = c.throttledFor, 0
 	r.Start = c.cmdStart
 	r.DL, r.Grant, c.dl, c.grant = c.dl, c.grant, nil, ingress.Grant{}
@@ -238,50 +239,16 @@ func (c *conn) addReq(b *batch, req *mc.Request) *command.Request {
 	return r
 }
 
-// Granted implements ingress.Waiter: the queued command got its ticket and
-// goes to a worker. It runs on the goroutine that returned the ticket.
-//
-// A command whose deadline passed while it waited does not run: the ticket
-// goes back at once and the command is answered 0x86 "deadline passed after
-// N ms in the queue" (num_deadline_expired).
-func (b *batch) Granted(t ingress.Ticket) {
-	r, s := b.reqs[0], b.c.srv
-	now := s.opts.Now()
-	r.Queued = now.Sub(r.QueuedAt)
-	if waited, stale := r.Stale(now); stale {
-		s.ingress.Release(t, now)
-		b.deadlinePassed(r, waited)
-		return
+// meter counts a command that ran in its bucket and charges a command that
+// succeeded its units (command.Units); workers call it (work.Options).
+func (s *Server) meter(bk *catalog.Bucket, r *command.Request) {
+	bk.Throttle().CountCommand()
+	if r.Txt.Text() {
+		stateOf(bk).textCommands.Add(1)
 	}
-	r.Ticket = t
-	s.submit(b)
-}
-
-// Expired implements ingress.Waiter: the queued command waited past the
-// queue timeout, or past its deadline (the housekeeping tick's
-// ingress.Expire finds it: see Due), and is answered 0x86 with the reason.
-// It runs on the goroutine that expired it, which never waits on the loop.
-func (b *batch) Expired(reason string) {
-	r, now := b.reqs[0], b.c.srv.opts.Now()
-	r.Queued = now.Sub(r.QueuedAt)
-	if waited, stale := r.Stale(now); stale || reason == ingress.DeadlinePassed {
-		b.deadlinePassed(r, waited)
-		return
-	}
-	r.ReleaseDeadline()
-	r.Status, r.Reason = mc.StatusTemporaryFailure, reason
-	b.bucket.Throttle().CountRejected()
-	b.out = b.c.enc.Result(b.out, r)
-	b.c.finish(b)
-}
-
-// abandon is called on the loop when the connection closes with b in
-// flight. If b was queued for a ticket and leaves the queue here, it is
-// released here; otherwise it is running, or its callback is on its way,
-// and finish releases it.
-func (s *Server) abandon(b *batch, now time.Time) {
-	if s.ingress.Cancel(b, now) {
-		b.release()
+	if r.Status == mc.StatusOK {
+		command.Units(r, s.limits().ReadUnitSize, s.limits().WriteUnitSize)
+		s.throttle.Charge(bk.Throttle(), r.RU, r.WU)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"kvd/protocol/binary"
 	"kvd/protocol/translate"
 	"kvd/tenant"
+	"kvd/work"
 )
 
 // Batch limits: how much one worker hand-off may carry.
@@ -64,8 +65,8 @@ type conn struct {
 
 	out      []byte             // replies of this pass, written once at the end
 	peek     []byte             // value buffer of GETs answered on the loop
-	inflight *batch             // batch executing off the loop, nil when none
-	collect  *batch             // batch being assembled in this pass
+	inflight *work.Batch        // batch executing off the loop, nil when none
+	collect  *work.Batch        // batch being assembled in this pass
 	quitting bool               // QUIT seen: close after flushing
 	proto    uint8              // protoUnknown until the first byte, then protoBinary or protoText
 	txt      *translate.Session // text/meta translation (conn_text.go), nil for binary
@@ -83,8 +84,8 @@ type conn struct {
 	finSent      atomic.Bool  // shutting down: the last reply went, followed by FIN
 
 	mu   sync.Mutex
-	done *batch // guarded by mu: finished batch waiting to be collected
-	gone bool   // guarded by mu: connection closed; workers drop results
+	done *work.Batch // guarded by mu: finished batch waiting to be collected
+	gone bool        // guarded by mu: connection closed; workers drop results
 }
 
 func newConn(s *Server, gc netConn, remote string) *conn {
@@ -373,8 +374,8 @@ func (c *conn) batchData(req *binary.Request) bool {
 		return false
 	}
 	b := c.collect
-	if b != nil && (len(b.reqs) >= maxBatchCommands || b.bytes+len(req.Value) > maxBatchBytes ||
-		(command.Estimated(req.Opcode) && b.reads >= c.srv.maxBatchReads())) {
+	if b != nil && (len(b.Reqs) >= maxBatchCommands || b.Bytes+len(req.Value) > maxBatchBytes ||
+		(command.Estimated(req.Opcode) && b.Reads >= c.srv.maxBatchReads())) {
 		return false
 	}
 	return c.srv.admit(c, req) != admitWait
@@ -396,14 +397,14 @@ func (c *conn) dispatch() {
 }
 
 // startJob hands b to a worker; b is the connection's one batch in flight.
-func (c *conn) startJob(b *batch) {
+func (c *conn) startJob(b *work.Batch) {
 	c.inflight = b
-	c.srv.submit(b)
+	c.srv.work.Submit(b)
 }
 
 // finish is called by the worker when b is done: it hands b to the loop and
 // wakes it. After close, the batch is released here instead.
-func (c *conn) finish(b *batch) {
+func (c *conn) Finish(b *work.Batch) {
 	c.mu.Lock()
 	gone := c.gone
 	if !gone {
@@ -411,7 +412,7 @@ func (c *conn) finish(b *batch) {
 	}
 	c.mu.Unlock()
 	if gone {
-		b.release()
+		b.Release()
 		return
 	}
 	_ = c.gc.Wake(nil)
@@ -427,24 +428,24 @@ func (c *conn) collectDone() {
 		return
 	}
 	c.inflight = nil
-	c.out = append(c.out, b.out...)
-	if b.job == nil && b.bucket != nil {
-		lat := stateOf(b.bucket).latency()
-		for _, r := range b.reqs {
+	c.out = append(c.out, b.Out...)
+	if b.Job == nil && b.Bucket != nil {
+		lat := stateOf(b.Bucket).latency()
+		for _, r := range b.Reqs {
 			c.lat.Add(lat, command.ClassOf(r.Hdr.Op), r.Start, r.Throttled, r.Queued)
 		}
 	}
-	if b.after != nil {
-		b.after(c)
+	if b.After != nil {
+		b.After()
 	}
-	b.release()
+	b.Release()
 }
 
 // close runs on the loop from OnClose.
 func (c *conn) close() {
 	c.srv.flow.Forget(&c.mem)
 	if b := c.inflight; b != nil {
-		c.srv.abandon(b, c.srv.opts.Now())
+		c.srv.work.Abandon(b, c.srv.opts.Now())
 	}
 	c.deselect()
 	c.mu.Lock()
@@ -453,7 +454,7 @@ func (c *conn) close() {
 	c.done = nil
 	c.mu.Unlock()
 	if b != nil {
-		b.release()
+		b.Release()
 	}
 }
 
@@ -527,11 +528,11 @@ func (c *conn) cancelQueued() {
 		return // nothing in flight, or it is running and finish will hand it back
 	}
 	c.inflight = nil
-	r := b.reqs[0]
+	r := b.Reqs[0]
 	r.Status, r.Reason = binary.StatusTemporaryFailure, shutdownReason
-	b.bucket.Throttle().CountRejected()
+	b.Bucket.Throttle().CountRejected()
 	c.out = c.enc.Result(c.out, r)
-	b.release()
+	b.Release()
 }
 
 // refuseInput answers every whole frame in the input with 0x86 "shutting

@@ -14,6 +14,7 @@ import (
 	"kvd/protocol/text"
 	"kvd/protocol/translate"
 	"kvd/tenant"
+	"kvd/work"
 )
 
 // noBucketName deselects the current bucket in SELECT_BUCKET (Couchbase's
@@ -104,24 +105,24 @@ func (c *conn) saslAuth(req *mc.Request) {
 		c.replyError(req, mc.StatusAuthError, "malformed PLAIN credentials")
 		return
 	}
-	b := newBatch(c, c.bucket)
-	b.add(req)
+	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
+	b.Add(req)
 	c.inflight = b
-	c.srv.logins.Submit(c.remote, func() bool { return c.authenticate(b) }, func() { c.finish(b) })
+	c.srv.logins.Submit(c.remote, func() bool { return c.authenticate(b) }, func() { c.Finish(b) })
 }
 
 // authenticate verifies the PLAIN credentials of b's SASL_AUTH (on the
 // login gate's pool) and encodes the answer; on success the login is
 // applied on the loop when the batch is collected. It reports success. A
 // connection already closed is not verified.
-func (c *conn) authenticate(b *batch) bool {
+func (c *conn) authenticate(b *work.Batch) bool {
 	c.mu.Lock()
 	gone := c.gone
 	c.mu.Unlock()
 	if gone {
 		return true // nothing was tried: no failure to count
 	}
-	r := b.reqs[0]
+	r := b.Reqs[0]
 	parts := bytes.SplitN(r.Value, []byte{0}, 3)
 	name, password := string(parts[1]), parts[2]
 	gen := c.srv.usersGen.Load() // the users this login is checked against
@@ -129,11 +130,11 @@ func (c *conn) authenticate(b *batch) bool {
 	if err != nil {
 		c.srv.log.Warn("login refused", "user", name, "remote", c.remote)
 		st, reason := command.StatusOf(err)
-		b.out = c.enc.Error(b.out, r.Hdr, st, reason, nil)
+		b.Out = c.enc.Error(b.Out, r.Hdr, st, reason, nil)
 		return false
 	}
-	b.out = c.enc.Reply(b.out, r.Hdr, mc.StatusOK, 0, nil, nil, []byte("Authenticated"))
-	b.after = func(c *conn) { c.login(user); c.usersGen = gen }
+	b.Out = c.enc.Reply(b.Out, r.Hdr, mc.StatusOK, 0, nil, nil, []byte("Authenticated"))
+	b.After = func() { c.login(user); c.usersGen = gen }
 	return true
 }
 
@@ -186,10 +187,10 @@ func (c *conn) selectByName(req *mc.Request) {
 }
 
 // startControl runs job on a worker as a one-command batch for req.
-func (c *conn) startControl(req *mc.Request, job func(b *batch)) {
-	b := newBatch(c, c.bucket)
-	b.add(req)
-	b.job = job
+func (c *conn) startControl(req *mc.Request, job func(b *work.Batch)) {
+	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
+	b.Add(req)
+	b.Job = job
 	c.startJob(b)
 }
 
@@ -219,9 +220,9 @@ func (c *conn) createBucket(req *mc.Request) {
 		return
 	}
 	who := c.who()
-	c.startControl(req, func(b *batch) {
+	c.startControl(req, func(b *work.Batch) {
 		_, err := c.srv.cat.Create(name, set, who)
-		b.out = c.enc.Outcome(b.out, b.reqs[0].Hdr, err)
+		b.Out = c.enc.Outcome(b.Out, b.Reqs[0].Hdr, err)
 	})
 }
 
@@ -233,16 +234,16 @@ func (c *conn) deleteBucket(req *mc.Request) {
 		return
 	}
 	name, who := string(req.Key), c.who()
-	c.startControl(req, func(b *batch) {
+	c.startControl(req, func(b *work.Batch) {
 		if err := c.srv.cat.Delete(name, who); err != nil {
 			st, reason := command.StatusOf(err)
 			if errors.Is(err, engine.ErrBucketNotFound) {
 				reason = "no such bucket: " + name
 			}
-			b.out = c.enc.Error(b.out, b.reqs[0].Hdr, st, reason, nil)
+			b.Out = c.enc.Error(b.Out, b.Reqs[0].Hdr, st, reason, nil)
 			return
 		}
-		b.out = c.enc.Reply(b.out, b.reqs[0].Hdr, mc.StatusOK, 0, nil, nil, nil)
+		b.Out = c.enc.Reply(b.Out, b.Reqs[0].Hdr, mc.StatusOK, 0, nil, nil, nil)
 	})
 }
 
@@ -257,14 +258,14 @@ func (c *conn) flush(req *mc.Request) {
 	}
 	quiet := req.Opcode.IsQuiet()
 	delay, _ := mc.FlushExtras(req.Extras)
-	c.startControl(req, func(b *batch) {
+	c.startControl(req, func(b *work.Batch) {
 		err := c.srv.flushBucket(b, delay)
 		switch {
 		case err != nil:
 			st, reason := command.StatusOf(err)
-			b.out = c.enc.Error(b.out, b.reqs[0].Hdr, st, reason, nil)
+			b.Out = c.enc.Error(b.Out, b.Reqs[0].Hdr, st, reason, nil)
 		case !quiet:
-			b.out = c.enc.Reply(b.out, b.reqs[0].Hdr, mc.StatusOK, 0, nil, nil, nil)
+			b.Out = c.enc.Reply(b.Out, b.Reqs[0].Hdr, mc.StatusOK, 0, nil, nil, nil)
 		}
 	})
 }
@@ -273,9 +274,9 @@ func (c *conn) flush(req *mc.Request) {
 // text's flush_all, on a worker. With a delay (memcached's semantics) the
 // items that exist when it ends go then and are served until then; an
 // absolute time in the past changes nothing.
-func (s *Server) flushBucket(b *batch, delay uint32) error {
+func (s *Server) flushBucket(b *work.Batch, delay uint32) error {
 	var err error
-	if store := b.bucket.Store(); delay == 0 {
+	if store := b.Bucket.Store(); delay == 0 {
 		err = store.Flush()
 	} else {
 		now := uint32(s.opts.Now().Unix())
@@ -312,8 +313,8 @@ func (c *conn) setBucketThrottle(req *mc.Request) {
 		return
 	}
 	who := c.who()
-	c.startControl(req, func(bt *batch) {
-		bt.out = c.enc.Outcome(bt.out, bt.reqs[0].Hdr, c.srv.cat.SetBucketSettings(b, set, who))
+	c.startControl(req, func(bt *work.Batch) {
+		bt.Out = c.enc.Outcome(bt.Out, bt.Reqs[0].Hdr, c.srv.cat.SetBucketSettings(b, set, who))
 	})
 }
 
@@ -332,8 +333,8 @@ func (c *conn) setNodeThrottle(req *mc.Request) {
 		return
 	}
 	who := c.who()
-	c.startControl(req, func(bt *batch) {
-		bt.out = c.enc.Outcome(bt.out, bt.reqs[0].Hdr, c.srv.cat.SetNode(next, who))
+	c.startControl(req, func(bt *work.Batch) {
+		bt.Out = c.enc.Outcome(bt.Out, bt.Reqs[0].Hdr, c.srv.cat.SetNode(next, who))
 	})
 }
 
@@ -431,17 +432,17 @@ func (c *conn) textAuth(cmd *text.Command) {
 	}
 	name, password, _ := bytes.Cut(cmd.Value, []byte(" "))
 	user, pw := string(name), bytes.Clone(password)
-	b := newBatch(c, c.bucket)
-	b.job = func(b *batch) {
+	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
+	b.Job = func(b *work.Batch) {
 		u, err := c.srv.users.Authenticate(user, pw)
 		if err != nil {
 			c.srv.log.Warn("login refused", "user", user, "remote", c.remote, "protocol", "text")
-			b.out = append(b.out, unauthenticated...)
-			b.after = func(c *conn) { c.quitting = true }
+			b.Out = append(b.Out, unauthenticated...)
+			b.After = func() { c.quitting = true }
 			return
 		}
-		b.out = append(b.out, "STORED\r\n"...)
-		b.after = func(c *conn) { c.textLogin(u) }
+		b.Out = append(b.Out, "STORED\r\n"...)
+		b.After = func() { c.textLogin(u) }
 	}
 	c.startJob(b)
 }
@@ -499,15 +500,15 @@ func (c *conn) textFlush(delay uint32, noreply bool) {
 		c.out = text.AppendServerError(c.out, "no bucket selected")
 		return
 	}
-	b := newBatch(c, c.bucket)
-	b.job = func(b *batch) {
+	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
+	b.Job = func(b *work.Batch) {
 		err := c.srv.flushBucket(b, delay)
 		switch {
 		case err != nil:
 			_, reason := command.StatusOf(err)
-			b.out = text.AppendServerError(b.out, reason)
+			b.Out = text.AppendServerError(b.Out, reason)
 		case !noreply:
-			b.out = append(b.out, "OK\r\n"...)
+			b.Out = append(b.Out, "OK\r\n"...)
 		}
 	}
 	c.startJob(b)

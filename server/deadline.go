@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"kvd/catalog"
-	"kvd/command"
 	"kvd/ingress"
 	"kvd/protocol/binary"
 	"kvd/tenant"
@@ -91,27 +90,4 @@ func (s *Server) checkDeadline(c *conn, req *binary.Request, pool ingress.Pool, 
 	c.throttledFor = 0 // the command is answered: its throttle wait is not the next one's
 	c.out = c.enc.DeadlineRefusal(c.out, req, g, capacity, retry)
 	return admitAnswered
-}
-
-// Due implements ingress.DeadlineWaiter for a batch queued for a ticket (a
-// queued batch holds one command): its deadline, or the zero Time for none.
-// ingress.Expire, which the housekeeping goroutine calls every 10 ms, then
-// answers it through Expired as soon as the deadline has passed, rather than
-// when it would have been granted a ticket.
-func (b *batch) Due() time.Time {
-	if len(b.reqs) == 0 || b.reqs[0].DL == nil {
-		return time.Time{}
-	}
-	return b.reqs[0].Grant.Due()
-}
-
-// deadlinePassed answers r, the one command of a queued batch, whose
-// deadline passed before it got a ticket: 0x86 "deadline passed after N ms
-// in the queue", its grant ended by Expire, and the batch handed back to its
-// loop.
-func (b *batch) deadlinePassed(r *command.Request, waited time.Duration) {
-	r.ExpireDeadline()
-	r.Status, r.Reason = binary.StatusTemporaryFailure, command.DeadlinePassedReason(waited)
-	b.out = b.c.enc.Result(b.out, r)
-	b.c.finish(b)
 }

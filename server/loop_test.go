@@ -101,7 +101,7 @@ func newLoopServer(t *testing.T, clk *fakeClock, mutate func(*Options)) *Server 
 	}
 	s.started = clk.now()
 	s.startWorkers()
-	t.Cleanup(func() { s.stopWorkers(); _ = s.Close() })
+	t.Cleanup(func() { s.work.Stop(); _ = s.Close() })
 	return s
 }
 

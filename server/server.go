@@ -16,6 +16,7 @@ import (
 	"kvd/netmem"
 	"kvd/observe"
 	"kvd/tenant"
+	"kvd/work"
 )
 
 // Server is a running kvd front end. Create it with New, start it with
@@ -46,10 +47,9 @@ type Server struct {
 	conns      connSet
 	currConns  atomic.Int64
 	totalConns atomic.Int64
-	connSeq    atomic.Uint64 // connections opened, numbering them (latency.Shards)
-	work       workers
+	connSeq    atomic.Uint64     // connections opened, numbering them (latency.Shards)
+	work       *work.Pool        // runs the batches off the loops
 	logins     *tenant.LoginGate // paces and verifies SASL attempts
-	syncs      *engine.GroupSync // group commit of synced writes (syncer.go)
 	view       *observe.View     // STAT groups, /metrics and the node totals (observe.go)
 
 	stopHouse chan struct{}
@@ -164,6 +164,13 @@ func (s *Server) Start() error {
 	}
 	go s.housekeeping()
 	return nil
+}
+
+// startWorkers starts the pool that runs batches off the loops.
+func (s *Server) startWorkers() {
+	s.work = work.Start(work.Options{Ingress: s.ingress, DB: s.db, WALSync: !s.opts.DisableWALSync,
+		Meter: s.meter, Executed: s.view.Executed, WriteUnitSize: func() int { return s.limits().WriteUnitSize },
+		Now: s.opts.Now, Logger: s.log})
 }
 
 // Addr is the protocol address the server listens on.

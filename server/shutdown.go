@@ -40,7 +40,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = rerr
 	}
 	waited := make(chan struct{})
-	go func() { s.stopWorkers(); close(waited) }()
+	go func() { s.work.Stop(); close(waited) }()
 	select {
 	case <-waited:
 	case <-ctx.Done():
