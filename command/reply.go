@@ -197,8 +197,8 @@ func StatusOf(err error) (binary.Status, string) {
 		return binary.StatusTooBig, "Too large."
 	case errors.Is(err, engine.ErrBucketExists):
 		return binary.StatusKeyExists, "bucket already exists"
-	case errors.Is(err, engine.ErrBucketNotFound):
-		return binary.StatusKeyNotFound, "no such bucket"
+	case errors.Is(err, engine.ErrBucketNotFound): // "no such bucket[: what was not found]"
+		return binary.StatusKeyNotFound, "no such bucket" + strings.TrimPrefix(err.Error(), engine.ErrBucketNotFound.Error())
 	case errors.Is(err, engine.ErrBucketDeleted):
 		return binary.StatusNoBucket, "the selected bucket was deleted"
 	case errors.Is(err, engine.ErrBadBucketName):
@@ -219,6 +219,8 @@ func StatusOf(err error) (binary.Status, string) {
 		return binary.StatusKeyNotFound, reasonOf(err, observe.ErrNoBucket)
 	case errors.Is(err, observe.ErrNotCluster):
 		return binary.StatusKeyNotFound, reasonOf(err, observe.ErrNotCluster)
+	case errors.Is(err, observe.ErrUnknownGroup):
+		return binary.StatusKeyNotFound, reasonOf(err, observe.ErrUnknownGroup)
 	}
 	return binary.StatusInternal, err.Error()
 }

@@ -47,6 +47,8 @@ var (
 	ErrNoBucket = errors.New("observe: no such bucket")
 	// ErrNotCluster: STAT cluster on a node started without --cluster.
 	ErrNotCluster = errors.New("observe: not in a cluster")
+	// ErrUnknownGroup: a STAT group this node does not have.
+	ErrUnknownGroup = errors.New("observe: unknown stat group")
 )
 
 // Node is the running node as observe reads it; package server implements

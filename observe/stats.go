@@ -20,6 +20,38 @@ func emitInt(emit Emit, name string, v int64) {
 	emit(name, strconv.AppendInt(b[:0], v, 10))
 }
 
+// Stats emits the STAT group named group, with its argument arg, for a
+// connection that has bucket b selected (nil for none) and may read the
+// details of the buckets canSee accepts: "" (General), "bucket_details
+// [name]" (BucketDetails), "throttle", "ingress", and "cluster" (Cluster).
+// A JSON document goes to emitJSON, every other statistic to emit. A group
+// that refuses returns its error; an unknown one ErrUnknownGroup.
+func (v *View) Stats(group, arg string, b *catalog.Bucket, canSee func(string) bool, emit, emitJSON Emit) error {
+	switch group {
+	case "":
+		v.General(b, emit)
+	case "bucket_details":
+		name, doc, err := v.BucketDetails(arg, canSee)
+		if err != nil {
+			return err
+		}
+		emitJSON(name, doc)
+	case "throttle":
+		v.Throttle(emit)
+	case "ingress":
+		v.Ingress(emit)
+	case "cluster":
+		doc, err := v.Cluster(canSee)
+		if err != nil {
+			return err
+		}
+		emitJSON("cluster", doc)
+	default:
+		return fmt.Errorf("%w %s", ErrUnknownGroup, strconv.Quote(group))
+	}
+	return nil
+}
+
 // General is the general STAT group: memcached's node figures plus those
 // of the bucket b the asking connection has selected (a tenant sees only
 // its own bucket's counters); b may be nil.

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"strconv"
 	"strings"
 
+	"kvd/catalog"
 	"kvd/command"
-	"kvd/engine"
 	"kvd/ingress"
+	"kvd/observe"
 	mc "kvd/protocol/binary"
 	"kvd/protocol/text"
 	"kvd/protocol/translate"
@@ -59,17 +59,17 @@ func (c *conn) handleControl(req *mc.Request) {
 		names := c.srv.cat.Names(c.canSelect)
 		c.reply(req, mc.StatusOK, 0, nil, nil, []byte(strings.Join(names, " ")))
 	case mc.OpCreateBucket:
-		c.createBucket(req)
+		c.admin(req, catalog.AdminCreate, "CREATE_BUCKET")
 	case mc.OpDeleteBucket:
-		c.deleteBucket(req)
+		c.admin(req, catalog.AdminDelete, "DELETE_BUCKET")
 	case mc.OpFlush, mc.OpFlushQ:
 		c.flush(req)
 	case mc.OpStat:
 		c.stats(req)
 	case mc.OpSetBucketThrottle:
-		c.setBucketThrottle(req)
+		c.admin(req, catalog.AdminSetBucket, "SetBucketThrottleProperties")
 	case mc.OpSetNodeThrottle:
-		c.setNodeThrottle(req)
+		c.admin(req, catalog.AdminSetNode, "SetNodeThrottleProperties")
 	default:
 		c.replyError(req, mc.StatusUnknownCommand, "Unknown command")
 	}
@@ -202,49 +202,28 @@ func (c *conn) who() string {
 	return c.user.Name
 }
 
-// createBucket handles CREATE_BUCKET: key = name, value = empty or a JSON
-// object of bucket settings.
-func (c *conn) createBucket(req *mc.Request) {
+// admin handles the bucket and node admin commands: CREATE_BUCKET (key =
+// name, value = empty or a JSON object of bucket settings), DELETE_BUCKET
+// (key = name: its data is removed, and the connections that have it
+// selected get "no bucket" from then on), SetBucketThrottleProperties
+// (0x2a: key = bucket, value = {"reserved":…, "hard_limit":…} and SPEC
+// section 7's admission settings) and SetNodeThrottleProperties (0x2c: no
+// key, value = {"capacity":N, "default_throttle_reserved_units":…,
+// "default_throttle_hard_limit":…}). The body is decoded and checked on the
+// loop (catalog.Prepare); the change, which writes the catalog, runs on a
+// worker.
+func (c *conn) admin(req *mc.Request, cmd catalog.Admin, what string) {
 	if !c.privileged(tenant.PrivBucketThrottleManagement) {
-		c.replyError(req, mc.StatusAccessDenied, "CREATE_BUCKET needs the BucketThrottleManagement privilege")
+		c.replyError(req, mc.StatusAccessDenied, what+" needs the BucketThrottleManagement privilege")
 		return
 	}
-	name := string(req.Key)
-	if err := tenant.ValidBucketName(name); err != nil {
-		c.replyError(req, mc.StatusInvalidArguments, err.Error())
-		return
-	}
-	set, err := tenant.ParseSettings(req.Value, c.srv.cat.Defaults())
+	apply, err := c.srv.cat.Prepare(cmd, string(req.Key), req.Value)
 	if err != nil {
-		c.replyError(req, mc.StatusInvalidArguments, err.Error())
+		c.replyErr(req, err)
 		return
 	}
 	who := c.who()
-	c.startControl(req, func(b *work.Batch) {
-		_, err := c.srv.cat.Create(name, set, who)
-		b.Out = c.enc.Outcome(b.Out, b.Reqs[0].Hdr, err)
-	})
-}
-
-// deleteBucket handles DELETE_BUCKET: key = name. Its data is removed; the
-// connections that have it selected get "no bucket" from then on.
-func (c *conn) deleteBucket(req *mc.Request) {
-	if !c.privileged(tenant.PrivBucketThrottleManagement) {
-		c.replyError(req, mc.StatusAccessDenied, "DELETE_BUCKET needs the BucketThrottleManagement privilege")
-		return
-	}
-	name, who := string(req.Key), c.who()
-	c.startControl(req, func(b *work.Batch) {
-		if err := c.srv.cat.Delete(name, who); err != nil {
-			st, reason := command.StatusOf(err)
-			if errors.Is(err, engine.ErrBucketNotFound) {
-				reason = "no such bucket: " + name
-			}
-			b.Out = c.enc.Error(b.Out, b.Reqs[0].Hdr, st, reason, nil)
-			return
-		}
-		b.Out = c.enc.Reply(b.Out, b.Reqs[0].Hdr, mc.StatusOK, 0, nil, nil, nil)
-	})
+	c.startControl(req, func(b *work.Batch) { b.Out = c.enc.Outcome(b.Out, b.Reqs[0].Hdr, apply(who)) })
 }
 
 // flush handles FLUSH/FLUSHQ: every item of the selected bucket goes, and
@@ -288,61 +267,10 @@ func (s *Server) flushBucket(b *work.Batch, delay uint32) error {
 	return s.db.SyncWAL()
 }
 
-// setBucketThrottle handles SetBucketThrottleProperties (0x2a): key = bucket,
-// value = {"reserved":…, "hard_limit":…} (a missing one means "unlimited")
-// and optionally SPEC section 7's max_concurrent, max_queued,
-// queue_timeout_ms, deadline_ms, deadline_percentile, expected_execution_us
-// (a missing one leaves the setting unchanged); see tenant.ParseBucketSettings.
-func (c *conn) setBucketThrottle(req *mc.Request) {
-	if !c.privileged(tenant.PrivBucketThrottleManagement) {
-		c.replyError(req, mc.StatusAccessDenied, "SetBucketThrottleProperties needs the BucketThrottleManagement privilege")
-		return
-	}
-	b, ok := c.srv.cat.Get(string(req.Key))
-	if !ok {
-		if _, err := tenant.ParseBucketSettings(req.Value, tenant.Settings{}); err != nil {
-			c.replyError(req, mc.StatusInvalidArguments, err.Error())
-			return
-		}
-		c.replyError(req, mc.StatusKeyNotFound, "no such bucket: "+string(req.Key))
-		return
-	}
-	set, err := tenant.ParseBucketSettings(req.Value, b.Settings())
-	if err != nil {
-		c.replyError(req, mc.StatusInvalidArguments, err.Error())
-		return
-	}
-	who := c.who()
-	c.startControl(req, func(bt *work.Batch) {
-		bt.Out = c.enc.Outcome(bt.Out, bt.Reqs[0].Hdr, c.srv.cat.SetBucketSettings(b, set, who))
-	})
-}
-
-// setNodeThrottle handles SetNodeThrottleProperties (0x2c): no key, value =
-// {"capacity":N, "default_throttle_reserved_units":…,
-// "default_throttle_hard_limit":…}, every field optional, the two defaults
-// together.
-func (c *conn) setNodeThrottle(req *mc.Request) {
-	if !c.privileged(tenant.PrivBucketThrottleManagement) {
-		c.replyError(req, mc.StatusAccessDenied, "SetNodeThrottleProperties needs the BucketThrottleManagement privilege")
-		return
-	}
-	next, err := tenant.ParseNodeThrottle(req.Value, c.srv.cat.Node())
-	if err != nil {
-		c.replyError(req, mc.StatusInvalidArguments, err.Error())
-		return
-	}
-	who := c.who()
-	c.startControl(req, func(bt *work.Batch) {
-		bt.Out = c.enc.Outcome(bt.Out, bt.Reqs[0].Hdr, c.srv.cat.SetNode(next, who))
-	})
-}
-
 // stats answers STAT: one reply per statistic, then an empty terminator.
-// Groups: "" (general), "bucket_details [name]", "throttle", "ingress",
-// "cluster" (cluster mode). An unknown group gets 0x01. Without an anonymous
-// bucket an unauthenticated connection gets 0x24 for every group. The
-// figures are gathered by package observe (observe.go); this only encodes them.
+// The groups are package observe's (observe.View.Stats); an unknown one
+// gets 0x01. Without an anonymous bucket an unauthenticated connection gets
+// 0x24 for every group.
 func (c *conn) stats(req *mc.Request) {
 	if c.user == nil && c.srv.limits().AnonymousBucket == "" {
 		c.replyError(req, mc.StatusAccessDenied, "authenticate first: no anonymous access")
@@ -350,30 +278,9 @@ func (c *conn) stats(req *mc.Request) {
 	}
 	group, arg, _ := strings.Cut(string(req.Key), " ")
 	emit := func(name string, value []byte) { c.reply(req, mc.StatusOK, 0, nil, []byte(name), value) }
-	st, reason := mc.StatusOK, ""
-	switch group {
-	case "":
-		c.srv.generalStats(c.bucket, emit)
-	case "bucket_details":
-		var name string
-		var doc []byte
-		if name, doc, st, reason = c.srv.bucketDetails(arg, c.canSee); st == mc.StatusOK {
-			c.statJSON(req, name, doc)
-		}
-	case "throttle":
-		c.srv.throttleStats(emit)
-	case "ingress":
-		c.srv.ingressStats(emit)
-	case "cluster":
-		var doc []byte
-		if doc, st, reason = c.srv.clusterStats(c.canSee); st == mc.StatusOK {
-			c.statJSON(req, "cluster", doc)
-		}
-	default:
-		st, reason = mc.StatusKeyNotFound, "unknown stat group "+strconv.Quote(group)
-	}
-	if st != mc.StatusOK {
-		c.replyError(req, st, reason)
+	emitJSON := func(name string, doc []byte) { c.statJSON(req, name, doc) }
+	if err := c.srv.view.Stats(group, arg, c.bucket, c.canSee, emit, emitJSON); err != nil {
+		c.replyErr(req, err)
 		return
 	}
 	c.reply(req, mc.StatusOK, 0, nil, nil, nil)
@@ -460,9 +367,8 @@ func (c *conn) textLogin(u *tenant.User) {
 	}
 }
 
-// textStats answers stats: the general group as memcached formats it, and
-// kvd's groups ("stats bucket_details [name]", "stats throttle", "stats
-// ingress"), from the gatherers binary's STAT uses.
+// textStats answers stats [group [arg]]: the general group as memcached
+// formats it and kvd's groups, from the gatherers binary's STAT uses.
 func (c *conn) textStats(args [][]byte) {
 	emit := func(name string, value []byte) { c.out = text.AppendStat(c.out, name, string(value)) }
 	var group, arg string
@@ -472,25 +378,15 @@ func (c *conn) textStats(args [][]byte) {
 	if len(args) > 1 {
 		arg = string(args[1])
 	}
-	switch group {
-	case "":
-		c.srv.generalStats(c.bucket, emit)
-	case "bucket_details":
-		name, doc, st, reason := c.srv.bucketDetails(arg, c.canSee)
-		if st != mc.StatusOK {
-			c.out = text.AppendClientError(c.out, reason)
-			return
-		}
-		emit(name, doc)
-	case "throttle":
-		c.srv.throttleStats(emit)
-	case "ingress":
-		c.srv.ingressStats(emit)
-	default:
+	switch err := c.srv.view.Stats(group, arg, c.bucket, c.canSee, emit, emit); {
+	case errors.Is(err, observe.ErrUnknownGroup):
 		c.out = text.AppendError(c.out)
-		return
+	case err != nil:
+		_, reason := command.StatusOf(err)
+		c.out = text.AppendClientError(c.out, reason)
+	default:
+		c.out = text.AppendEnd(c.out)
 	}
-	c.out = text.AppendEnd(c.out)
 }
 
 // textFlush is flush_all [delay]: on a worker, as binary FLUSH does

@@ -19,3 +19,9 @@ func (c *conn) replyError(req *binary.Request, st binary.Status, reason string) 
 	}
 	c.out = c.enc.Error(c.out, command.HeaderOf(req), st, reason, nil)
 }
+
+// replyErr answers req with err's status and reason (command.StatusOf).
+func (c *conn) replyErr(req *binary.Request, err error) {
+	st, reason := command.StatusOf(err)
+	c.replyError(req, st, reason)
+}
