@@ -400,3 +400,13 @@ func childWriteAndExit(dir string) {
 	fmt.Println("synced")
 	os.Exit(0)
 }
+
+func TestItemCacheSizeFor(t *testing.T) {
+	for _, tc := range []struct{ mem, want int64 }{
+		{0, DefaultItemCacheSize}, {100 << 20, DefaultItemCacheSize}, {8 << 30, 2 << 30},
+	} {
+		if got := ItemCacheSizeFor(tc.mem); got != tc.want {
+			t.Errorf("ItemCacheSizeFor(%d) = %d, want %d", tc.mem, got, tc.want)
+		}
+	}
+}

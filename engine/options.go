@@ -12,6 +12,12 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
+// ItemCacheSizeFor is the item cache's size on a node that may use mem
+// bytes: a quarter of it, never less than DefaultItemCacheSize (also when
+// mem is unknown, 0). Pebble's block cache, memtables and the connections'
+// buffers share the rest.
+func ItemCacheSizeFor(mem int64) int64 { return max(mem/4, DefaultItemCacheSize) }
+
 // Defaults applied by Options.EnsureDefaults to zero-valued fields.
 const (
 	// DefaultCacheSize is Pebble's block cache. Pebble fills it lazily,

@@ -197,3 +197,22 @@ func (c *Controller) SetReadWriteRatio(r float64) {
 	c.prober.SetReadWriteRatio(r)
 	c.mu.Unlock()
 }
+
+// Reconfigure applies the run-time settings of o (a config reload): node
+// tickets, queue limits, the memory budget, FIFO and the read/write ratio.
+// The prober's bounds and interval take effect only at start. On error
+// the settings after the failing one are left as they were.
+func (c *Controller) Reconfigure(o *Options, now time.Time) error {
+	if err := c.SetNodeTickets(o.NodeTickets, now); err != nil {
+		return err
+	}
+	if err := c.SetQueueLimits(o.MaxQueueDepth, o.QueueTimeout); err != nil {
+		return err
+	}
+	if err := c.SetMaxInflightBytes(o.MaxInflightBytes, now); err != nil {
+		return err
+	}
+	c.SetFIFO(o.FIFO, now)
+	c.SetReadWriteRatio(o.Probe.ReadWriteRatio)
+	return nil
+}

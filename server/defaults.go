@@ -1,12 +1,10 @@
 package server
 
 import (
-	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"kvd/engine"
+	"kvd/netmem"
 	"kvd/tenant"
 )
 
@@ -63,52 +61,10 @@ const (
 )
 
 // DefaultItemCacheSize is the resident item cache's default budget: a
-// quarter of the memory kvd may use (the smaller of the machine's MemTotal
-// and the cgroup v2 memory.max), and never less than the engine's 64 MiB
-// (also when neither can be read). Pebble's block cache, memtables and the
-// connections' buffers share the rest.
-func DefaultItemCacheSize() int64 {
-	mem := memoryLimit()
-	return max(mem/itemCacheShare, engine.DefaultItemCacheSize)
-}
+// quarter of the memory kvd may use (engine.ItemCacheSizeFor of
+// netmem.MemoryLimit).
+func DefaultItemCacheSize() int64 { return engine.ItemCacheSizeFor(netmem.MemoryLimit()) }
 
 // DefaultMaxBufferBytes is the network memory budget's default: an eighth
-// of the memory kvd may use (see DefaultItemCacheSize), within
-// [MinDefaultBufferBytes, MaxDefaultBufferBytes]. The item cache takes a
-// quarter and Pebble's caches their own; an eighth leaves room for both on
-// a small machine and is more than any well-behaved load holds on a large
-// one (the upper clamp), while a node without the figures gets the lower.
-func DefaultMaxBufferBytes() int64 {
-	return min(max(memoryLimit()/bufferShare, MinDefaultBufferBytes), MaxDefaultBufferBytes)
-}
-
-// The default network budget's share of the memory and its clamps.
-const (
-	bufferShare           = 8
-	MinDefaultBufferBytes = 64 << 20
-	MaxDefaultBufferBytes = 4 << 30
-)
-
-// itemCacheShare: the item cache takes 1/itemCacheShare of the memory.
-const itemCacheShare = 4
-
-// memoryLimit is the memory available to the process in bytes, 0 when
-// unknown.
-func memoryLimit() int64 {
-	var total int64
-	if raw, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(raw), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
-				total = kb << 10
-			}
-		}
-	}
-	if raw, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
-		if lim, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64); err == nil && lim > 0 &&
-			(total == 0 || lim < total) {
-			total = lim
-		}
-	}
-	return total
-}
+// of the memory kvd may use (netmem.DefaultBudget).
+func DefaultMaxBufferBytes() int64 { return netmem.DefaultBudget() }

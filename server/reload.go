@@ -29,7 +29,7 @@ func (s *Server) Reconfigure(next Options) (needRestart []string, err error) {
 	if err := next.Validate(); err != nil {
 		return nil, err
 	}
-	users, err := buildUsers(next.Users, s.log)
+	users, err := catalog.BuildUsers(next.Users, s.log)
 	if err != nil {
 		return nil, err
 	}
@@ -45,26 +45,10 @@ func (s *Server) Reconfigure(next Options) (needRestart []string, err error) {
 	}
 	s.lim.Store(limitsOf(&next))
 	s.revoke()
-	if err := s.reconfigureIngress(&next.Ingress); err != nil {
+	if err := s.ingress.Reconfigure(&next.Ingress, s.opts.Now()); err != nil {
 		return nil, err
 	}
 	return s.restartNeeded(&next), nil
-}
-
-func (s *Server) reconfigureIngress(in *IngressOptions) error {
-	now := s.opts.Now()
-	if err := s.ingress.SetNodeTickets(in.NodeTickets, now); err != nil {
-		return err
-	}
-	if err := s.ingress.SetQueueLimits(in.MaxQueueDepth, in.QueueTimeout); err != nil {
-		return err
-	}
-	if err := s.ingress.SetMaxInflightBytes(in.MaxInflightBytes, now); err != nil {
-		return err
-	}
-	s.ingress.SetFIFO(in.FIFO, now)
-	s.ingress.SetReadWriteRatio(in.Probe.ReadWriteRatio)
-	return nil
 }
 
 // restartNeeded lists the settings that differ from the running ones but
@@ -93,7 +77,7 @@ func (s *Server) restartNeeded(next *Options) []string {
 // arrive from etcd replace the node's users (an invalid list is refused
 // whole; the old users stay).
 func (h bucketHooks) UsersChanged(specs []catalog.UserSpec) error {
-	list, err := buildUsers(specs, h.s.log)
+	list, err := catalog.BuildUsers(specs, h.s.log)
 	if err != nil {
 		return err
 	}

@@ -63,7 +63,11 @@ func New(opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	users, err := newUsers(opts.Users, opts.Logger)
+	list, err := catalog.BuildUsers(opts.Users, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	users, err := tenant.NewUsers(list)
 	if err != nil {
 		return nil, err
 	}
@@ -118,30 +122,6 @@ func (s *Server) open() (err error) {
 		return err
 	}
 	return nil
-}
-
-// newUsers builds the user set, warning about plain-text passwords.
-func newUsers(specs []UserSpec, log *slog.Logger) (*tenant.Users, error) {
-	list, err := buildUsers(specs, log)
-	if err != nil {
-		return nil, err
-	}
-	return tenant.NewUsers(list)
-}
-
-func buildUsers(specs []UserSpec, log *slog.Logger) ([]*tenant.User, error) {
-	list := make([]*tenant.User, 0, len(specs))
-	for _, u := range specs {
-		user, err := tenant.NewUser(u.Name, u.Password, u.PasswordHash, u.Buckets, u.Privileges)
-		if err != nil {
-			return nil, err
-		}
-		if user.UsesPlainPassword() {
-			log.Warn("user has a plain-text password; use password_hash in production", "user", u.Name)
-		}
-		list = append(list, user)
-	}
-	return list, nil
 }
 
 // Start begins serving and returns once the listener is bound.
