@@ -111,6 +111,39 @@ func (s *Server) checkThrottle(c *conn, req *mc.Request, now time.Time) verdict 
 	return s.throttled(c, req, now)
 }
 
+// checkDeadline is deadline admission (SPEC section 7): it asks c's
+// bucket's gate (ingress.BucketDeadline) whether req, of class pool, can
+// meet the bucket's deadline, counted from arrival, when the command's bytes
+// reached the loop (ingress.InputClock), so that the time it waited in the
+// connection's input or for the throttle is spent already. Admitted, the
+// Grant waits in c.grant for the request the command is copied into
+// (addReq, serveResident), which ends it exactly once (command.Request), or
+// for dropGrant. Refused, the command is answered 0x86 "deadline <D> ms
+// cannot be met: …" with retry_after_us, unless a batch is being collected:
+// its reply must not overtake theirs, so it stays in the input and asks
+// again once they ran.
+func (s *Server) checkDeadline(c *conn, req *mc.Request, pool ingress.Pool, arrival, now time.Time) verdict {
+	dl := stateOf(c.bucket).dl
+	capacity := s.ingress.PoolSize(pool)
+	if c.collect != nil && !dl.Fits(pool, capacity, arrival, now) {
+		return admitWait
+	}
+	g, ok, retry := dl.Admit(pool, capacity, arrival, now)
+	switch {
+	case ok:
+		if g.Deadline() > 0 {
+			c.dl, c.grant = dl, g
+		}
+		return admitRun
+	case c.collect != nil:
+		return admitWait // lost a race since Fits: counted, but answered later
+	}
+	c.bucket.Throttle().CountRejected()
+	c.throttledFor = 0 // the command is answered: its throttle wait is not the next one's
+	c.out = c.enc.DeadlineRefusal(c.out, req, g, capacity, retry)
+	return admitAnswered
+}
+
 // throttled handles a command the throttle refused: answer 0x0c at once in
 // non-blocking mode, park it, or give up on it after max_throttle_wait_ms.
 func (s *Server) throttled(c *conn, req *mc.Request, now time.Time) verdict {
@@ -274,6 +307,13 @@ func (st *bucketState) latency() *latency.Bucket {
 	return st.lat.Load()
 }
 
+// deadlineSettings are the deadline gate's settings of a bucket's settings.
+func deadlineSettings(set tenant.Settings) ingress.DeadlineSettings {
+	return ingress.DeadlineSettings{
+		Deadline: set.Deadline, Percentile: set.DeadlinePercentile, ExpectedExecution: set.ExpectedExecution,
+	}
+}
+
 // admissionLimits are the ingress limits of a bucket's settings.
 func admissionLimits(set tenant.Settings) ingress.BucketLimits {
 	return ingress.BucketLimits{MaxConcurrent: set.MaxConcurrent, MaxQueued: set.MaxQueued, QueueTimeout: set.QueueTimeout}
@@ -284,15 +324,19 @@ func admissionLimits(set tenant.Settings) ingress.BucketLimits {
 type bucketHooks struct{ s *Server }
 
 func (h bucketHooks) BucketAdded(b *catalog.Bucket) {
-	b.SetExt(&bucketState{
-		adm: h.s.ingress.AddBucket(b.Name(), admissionLimits(b.Settings())),
-		dl:  h.s.newBucketDeadline(b),
-	})
+	dl, err := ingress.NewBucketDeadline(&h.s.deadline, deadlineSettings(b.Settings()))
+	if err != nil { // tenant validated them: should the two disagree, run without a deadline
+		h.s.log.Error("deadline settings ignored", "bucket", b.Name(), "err", err)
+		dl, _ = ingress.NewBucketDeadline(&h.s.deadline, ingress.DeadlineSettings{})
+	}
+	b.SetExt(&bucketState{adm: h.s.ingress.AddBucket(b.Name(), admissionLimits(b.Settings())), dl: dl})
 }
 
 func (h bucketHooks) SettingsChanged(b *catalog.Bucket) {
 	h.s.ingress.SetBucketLimits(stateOf(b).adm, admissionLimits(b.Settings()), h.s.opts.Now())
-	h.s.setBucketDeadline(b)
+	if err := stateOf(b).dl.SetSettings(deadlineSettings(b.Settings())); err != nil {
+		h.s.log.Error("deadline settings ignored", "bucket", b.Name(), "err", err)
+	}
 }
 
 // BucketRemoved answers the bucket's queued commands: 0x86 "bucket B was
