@@ -1,7 +1,6 @@
 package server
 
 import (
-	ebin "encoding/binary"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,6 +17,14 @@ import (
 	"kvd/protocol/translate"
 	"kvd/tenant"
 	"kvd/work"
+)
+
+// Connection protocols: memcached's text and meta protocols share the port
+// with binary, and the first byte of a connection decides (detect).
+const (
+	protoUnknown uint8 = iota
+	protoBinary
+	protoText
 )
 
 // Batch limits: how much one worker hand-off may carry.
@@ -268,18 +275,13 @@ func (c *conn) refuseLarge(hdr []byte) bool {
 	if len(hdr) < binary.HeaderLen {
 		return false
 	}
-	op := binary.Opcode(hdr[1])
-	switch op.NonQuiet() {
+	req, valueLen := binary.PeekRequest(hdr)
+	switch req.Opcode.NonQuiet() {
 	case binary.OpSet, binary.OpAdd, binary.OpReplace, binary.OpAppend, binary.OpPrepend:
+		if valueLen <= c.srv.opts.MaxItemSize {
+			return false
+		}
 	default:
-		return false
-	}
-	req := binary.Request{Magic: hdr[0], Opcode: op, Opaque: ebin.BigEndian.Uint32(hdr[12:16])}
-	framing, key := 0, int(ebin.BigEndian.Uint16(hdr[2:4]))
-	if req.Alt() {
-		framing, key = int(hdr[2]), int(hdr[3])
-	}
-	if binary.BodyLen(hdr)-framing-int(hdr[4])-key <= c.srv.opts.MaxItemSize {
 		return false
 	}
 	c.replyError(&req, binary.StatusTooBig, "value too large")
@@ -306,7 +308,7 @@ func (c *conn) swallowBody() bool {
 // handle takes one decoded frame. It returns false when the frame must wait
 // for the batch being collected (it is then left in the input).
 func (c *conn) handle(req *binary.Request) bool {
-	status, reason := checkFrameInfos(req)
+	status, reason := binary.CheckFrameInfos(req)
 	if status == binary.StatusOK {
 		if err := binary.CheckShape(req); err != nil {
 			status, reason = binary.StatusInvalidArguments, err.Error()

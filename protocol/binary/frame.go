@@ -84,6 +84,17 @@ func BodyLen(hdr []byte) int {
 // HeaderLen + BodyLen(hdr).
 func FrameLen(hdr []byte) int { return HeaderLen + BodyLen(hdr) }
 
+// PeekRequest reads what a request's header alone says, for answering a
+// frame before its body has arrived: req gets the header's fields (no
+// parts), and valueLen is the value length the header declares (negative
+// when its parts exceed the body). hdr must hold at least HeaderLen bytes.
+func PeekRequest(hdr []byte) (req Request, valueLen int) {
+	h := readHeader(hdr, hdr[0] == MagicAltRequest)
+	req = Request{Magic: h.magic, Opcode: Opcode(h.opcode), Datatype: h.datatype,
+		VBucket: h.word, Opaque: h.opaque, CAS: h.cas}
+	return req, int(h.body) - int(h.frameLen) - int(h.extLen) - int(h.keyLen)
+}
+
 // readHeader parses the first HeaderLen bytes of b; alt selects the
 // alternative layout of bytes 2 and 3.
 func readHeader(b []byte, alt bool) header {

@@ -183,3 +183,26 @@ func AppendUint32(dst []byte, v uint32) []byte { return ebin.BigEndian.AppendUin
 
 // AppendUint64 appends v big-endian (INCR/DECR response value).
 func AppendUint64(dst []byte, v uint64) []byte { return ebin.BigEndian.AppendUint64(dst, v) }
+
+// CheckFrameInfos validates an alt request's frame infos for a server that
+// executes every connection's commands in order: 0 (barrier) is accepted,
+// the other known ids (1–5) are not supported, anything else is unknown.
+// It returns StatusOK or the status and reason to answer.
+func CheckFrameInfos(req *Request) (Status, string) {
+	fi := req.FrameInfo
+	for len(fi) > 0 {
+		id, _, rest, err := NextFrameInfo(fi)
+		if err != nil {
+			return StatusInvalidArguments, err.Error()
+		}
+		switch {
+		case id == 0:
+		case id <= 5:
+			return StatusNotSupported, "frame info not supported"
+		default:
+			return StatusUnknownFrameInfo, "unknown frame info"
+		}
+		fi = rest
+	}
+	return StatusOK, ""
+}
