@@ -112,3 +112,14 @@ func TestAppendResultAllocs(t *testing.T) {
 		t.Errorf("decoded %+v, %v: want the value in 0x18 framing (unit frames)", res, err)
 	}
 }
+
+// TestHello: unknown and repeated codes are left out of the features and
+// the reply; the reply keeps the order asked.
+func TestHello(t *testing.T) {
+	asked := []byte{0x00, 0x1a, 0xff, 0xff, 0x00, 0x07, 0x00, 0x1a, 0x00, 0x1b}
+	f, reply := Hello(asked)
+	want := []byte{0x00, 0x1a, 0x00, 0x07, 0x00, 0x1b}
+	if f != FeatReportUnits|FeatXError|FeatNonBlocking || string(reply) != string(want) {
+		t.Fatalf("Hello(% x) = %b, % x; want ReportUnits|XError|NonBlocking, % x", asked, f, reply, want)
+	}
+}

@@ -28,6 +28,30 @@ const (
 	FeatNonBlocking
 )
 
+// helloFeatures maps HELLO feature codes to what they enable.
+var helloFeatures = map[binary.Feature]Features{
+	binary.FeatureXError:       FeatXError,
+	binary.FeatureSelectBucket: FeatSelectBucket,
+	binary.FeatureJSON:         FeatJSON,
+	binary.FeatureAltRequest:   FeatAltRequest,
+	binary.FeatureReportUnits:  FeatReportUnits,
+	binary.FeatureNonBlocking:  FeatNonBlocking,
+}
+
+// Hello negotiates HELLO: the supported features among the codes asked
+// (two bytes each), and the reply's body, which lists them once each in
+// the order asked.
+func Hello(asked []byte) (f Features, reply []byte) {
+	for v := asked; len(v) >= 2; v = v[2:] {
+		code := binary.Feature(uint16(v[0])<<8 | uint16(v[1]))
+		if bit, ok := helloFeatures[code]; ok && f&bit == 0 {
+			f |= bit
+			reply = append(reply, v[0], v[1])
+		}
+	}
+	return f, reply
+}
+
 // Encoder encodes the replies of one connection: in the framing each
 // request used, with the HELLO features the connection enabled. A worker
 // encodes a batch's replies with it while the connection's loop waits for

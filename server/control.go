@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"strings"
 
@@ -21,16 +20,6 @@ import (
 // convention).
 const noBucketName = "@no bucket@"
 
-// helloFeatures maps HELLO feature codes to what they enable.
-var helloFeatures = map[mc.Feature]command.Features{
-	mc.FeatureXError:       command.FeatXError,
-	mc.FeatureSelectBucket: command.FeatSelectBucket,
-	mc.FeatureJSON:         command.FeatJSON,
-	mc.FeatureAltRequest:   command.FeatAltRequest,
-	mc.FeatureReportUnits:  command.FeatReportUnits,
-	mc.FeatureNonBlocking:  command.FeatNonBlocking,
-}
-
 // handleControl answers a command that is not a data command. Those that do
 // I/O or slow work become a one-command job on a worker.
 func (c *conn) handleControl(req *mc.Request) {
@@ -47,8 +36,10 @@ func (c *conn) handleControl(req *mc.Request) {
 		c.quitting = true
 	case mc.OpQuitQ:
 		c.quitting = true
-	case mc.OpHello:
-		c.hello(req)
+	case mc.OpHello: // the features become the supported subset of those asked for
+		var reply []byte
+		c.enc.Features, reply = command.Hello(req.Value)
+		c.reply(req, mc.StatusOK, 0, nil, nil, reply)
 	case mc.OpSASLListMechs:
 		c.reply(req, mc.StatusOK, 0, nil, nil, []byte("PLAIN"))
 	case mc.OpSASLAuth:
@@ -73,23 +64,6 @@ func (c *conn) handleControl(req *mc.Request) {
 	default:
 		c.replyError(req, mc.StatusUnknownCommand, "Unknown command")
 	}
-}
-
-// hello resets the connection's features to the supported subset of those
-// asked for, and answers with that subset.
-func (c *conn) hello(req *mc.Request) {
-	c.enc.Features = 0
-	var reply []byte
-	for v := req.Value; len(v) >= 2; v = v[2:] {
-		code := binary.BigEndian.Uint16(v)
-		f, ok := helloFeatures[mc.Feature(code)]
-		if !ok || c.enc.Features&f != 0 {
-			continue
-		}
-		c.enc.Features |= f
-		reply = binary.BigEndian.AppendUint16(reply, code)
-	}
-	c.reply(req, mc.StatusOK, 0, nil, nil, reply)
 }
 
 // saslAuth checks the form of PLAIN credentials on the loop and hands the

@@ -99,18 +99,5 @@ func (h bucketHooks) UsersChanged(specs []catalog.UserSpec) error {
 // limits are replaced.
 func (s *Server) revoke() {
 	s.usersGen.Add(1)
-	for _, c := range s.conns.snapshot() {
-		_ = c.gc.Wake(nil)
-	}
-}
-
-// snapshot returns the open connections.
-func (cs *connSet) snapshot() []*conn {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	all := make([]*conn, 0, len(cs.m))
-	for c := range cs.m {
-		all = append(all, c)
-	}
-	return all
+	s.eachConn(func(c *conn) bool { _ = c.gc.Wake(nil); return true })
 }

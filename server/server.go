@@ -44,7 +44,7 @@ type Server struct {
 	stopping atomic.Bool
 	usersGen atomic.Uint64 // bumped by each reload; see Server.revoke in reload.go
 
-	conns      connSet
+	conns      sync.Map // the open connections: *conn → struct{}
 	currConns  atomic.Int64
 	totalConns atomic.Int64
 	connSeq    atomic.Uint64     // connections opened, numbering them (latency.Shards)
@@ -189,7 +189,7 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	}
 	c := newConn(s, gc, remote)
 	gc.SetContext(c)
-	s.conns.add(c)
+	s.conns.Store(c, struct{}{})
 	if name := s.limits().AnonymousBucket; name != "" {
 		if b, ok := s.cat.Get(name); ok {
 			c.selectBucket(b)
@@ -205,7 +205,7 @@ func (s *Server) OnClose(gc gnet.Conn, _ error) gnet.Action {
 	if !ok {
 		return gnet.None
 	}
-	s.conns.remove(c)
+	s.conns.Delete(c)
 	c.close()
 	s.currConns.Add(-1)
 	return gnet.None
@@ -247,7 +247,7 @@ func (s *Server) housekeeping() {
 		}
 		now := s.opts.Now()
 		s.tick(now)
-		s.flow.Tick(now, s.limits().MaxBufferBytes, s.conns.holders)
+		s.flow.Tick(now, s.limits().MaxBufferBytes, s.holders)
 		if ticks := s.throttle.Stats().Ticks; ticks != lastTicks {
 			lastTicks = ticks // a second ended (here or on a loop): the cluster's share
 			s.cat.TickCluster(now)
@@ -260,54 +260,31 @@ func (s *Server) housekeeping() {
 		}
 		if now.Sub(lastSweep) >= sweepEvery {
 			lastSweep = now
-			s.conns.closeIdle(now.Add(-s.limits().IdleTimeout).UnixNano(), s.log)
+			s.closeIdle(now.Add(-s.limits().IdleTimeout).UnixNano())
 		}
 	}
 }
 
-// connSet is the set of open connections, for the idle sweep and stats.
-type connSet struct {
-	mu sync.Mutex
-	m  map[*conn]struct{} // guarded by mu
-}
-
-func (cs *connSet) add(c *conn) {
-	cs.mu.Lock()
-	if cs.m == nil {
-		cs.m = make(map[*conn]struct{})
-	}
-	cs.m[c] = struct{}{}
-	cs.mu.Unlock()
-}
-
-func (cs *connSet) remove(c *conn) {
-	cs.mu.Lock()
-	delete(cs.m, c)
-	cs.mu.Unlock()
+// eachConn calls f for every open connection until it returns false.
+func (s *Server) eachConn(f func(c *conn) bool) {
+	s.conns.Range(func(k, _ any) bool { return f(k.(*conn)) })
 }
 
 // holders lists the open connections' shares of the network memory budget.
-func (cs *connSet) holders(yield func(*netmem.Holder) bool) {
-	for _, c := range cs.snapshot() {
-		if !yield(&c.mem) {
-			return
-		}
-	}
+func (s *Server) holders(yield func(*netmem.Holder) bool) {
+	s.eachConn(func(c *conn) bool { return yield(&c.mem) })
 }
 
-func (cs *connSet) closeIdle(before int64, log *slog.Logger) {
-	cs.mu.Lock()
-	var idle []*conn
-	for c := range cs.m {
+// closeIdle closes the connections that have held an unfinished frame
+// since before.
+func (s *Server) closeIdle(before int64) {
+	s.eachConn(func(c *conn) bool {
 		if p := c.partialSince.Load(); p != 0 && p < before {
-			idle = append(idle, c)
+			s.log.Info("closing connection", "remote", c.remote, "reason", "unfinished frame past idle timeout")
+			_ = c.gc.Close()
 		}
-	}
-	cs.mu.Unlock()
-	for _, c := range idle {
-		log.Info("closing connection", "remote", c.remote, "reason", "unfinished frame past idle timeout")
-		_ = c.gc.Close()
-	}
+		return true
+	})
 }
 
 // gnetLogger routes gnet's own logging to slog.

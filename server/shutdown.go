@@ -64,7 +64,7 @@ func (s *Server) drain(ctx context.Context) {
 	poll := time.NewTicker(shutdownPoll)
 	defer poll.Stop()
 	for {
-		left := s.conns.wakeUnfinished()
+		left := s.wakeUnfinished()
 		if left == 0 {
 			return
 		}
@@ -82,13 +82,14 @@ func (s *Server) drain(ctx context.Context) {
 
 // wakeUnfinished wakes the loop of every open connection that has not sent
 // its FIN yet, and returns how many it woke.
-func (cs *connSet) wakeUnfinished() int {
+func (s *Server) wakeUnfinished() int {
 	left := 0
-	for _, c := range cs.snapshot() {
+	s.eachConn(func(c *conn) bool {
 		if !c.finSent.Load() {
 			left++
 			_ = c.gc.Wake(nil)
 		}
-	}
+		return true
+	})
 	return left
 }
