@@ -68,3 +68,20 @@ func (c *Catalog) Prepare(cmd Admin, name string, body []byte) (apply func(who s
 	}
 	return nil, fmt.Errorf("catalog: unknown admin command %d", cmd)
 }
+
+// Flush empties bucket b and makes that durable: FLUSH and text's
+// flush_all, run off the event loop. With at > 0 (an absolute Unix time:
+// memcached's delayed flush) the items that exist then go then, and are
+// served until then; a time in the past changes nothing.
+func (c *Catalog) Flush(b *Bucket, at, now uint32) error {
+	var err error
+	if at == 0 {
+		err = b.Store().Flush()
+	} else {
+		err = b.Store().FlushAt(at, now)
+	}
+	if err != nil {
+		return err
+	}
+	return c.db.SyncWAL()
+}

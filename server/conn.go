@@ -525,16 +525,9 @@ func (c *conn) onShutdown() gnet.Action {
 // cancelQueued answers the connection's command queued for an ingress
 // ticket, if it is still queued, with 0x86.
 func (c *conn) cancelQueued() {
-	b := c.inflight
-	if b == nil || !c.srv.ingress.Cancel(b, c.srv.opts.Now()) {
-		return // nothing in flight, or it is running and finish will hand it back
+	if b := c.inflight; b != nil && c.srv.ingress.Cancel(b, c.srv.opts.Now()) {
+		b.Expired(shutdownReason) // answered, and handed back to be collected
 	}
-	c.inflight = nil
-	r := b.Reqs[0]
-	r.Status, r.Reason = binary.StatusTemporaryFailure, shutdownReason
-	b.Bucket.Throttle().CountRejected()
-	c.out = c.enc.Result(c.out, r)
-	b.Release()
 }
 
 // refuseInput answers every whole frame in the input with 0x86 "shutting

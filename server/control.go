@@ -66,10 +66,8 @@ func (c *conn) handleControl(req *mc.Request) {
 	}
 }
 
-// saslAuth checks the form of PLAIN credentials on the loop and hands the
-// verification to the login gate (tenant.LoginGate), which paces attempts
-// per remote address and verifies them on its own small pool; the answer
-// comes back like a batch's.
+// saslAuth checks the form of PLAIN credentials on the loop and starts the
+// login (startLogin).
 func (c *conn) saslAuth(req *mc.Request) {
 	if string(req.Key) != "PLAIN" {
 		c.replyError(req, mc.StatusAuthError, "unsupported mechanism: use PLAIN")
@@ -80,45 +78,59 @@ func (c *conn) saslAuth(req *mc.Request) {
 		return
 	}
 	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
-	b.Add(req)
-	c.inflight = b
-	c.srv.logins.Submit(c.remote, func() bool { return c.authenticate(b) }, func() { c.Finish(b) })
+	r := b.Add(req)
+	parts := bytes.SplitN(r.Value, []byte{0}, 3)
+	c.startLogin(b, string(parts[1]), parts[2], false, func(err error) {
+		if err != nil {
+			st, reason := command.StatusOf(err)
+			b.Out = c.enc.Error(b.Out, r.Hdr, st, reason, nil)
+			return
+		}
+		b.Out = c.enc.Reply(b.Out, r.Hdr, mc.StatusOK, 0, nil, nil, []byte("Authenticated"))
+	})
 }
 
-// authenticate verifies the PLAIN credentials of b's SASL_AUTH (on the
-// login gate's pool) and encodes the answer; on success the login is
-// applied on the loop when the batch is collected. It reports success. A
-// connection already closed is not verified.
-func (c *conn) authenticate(b *work.Batch) bool {
-	c.mu.Lock()
-	gone := c.gone
-	c.mu.Unlock()
-	if gone {
-		return true // nothing was tried: no failure to count
-	}
-	r := b.Reqs[0]
-	parts := bytes.SplitN(r.Value, []byte{0}, 3)
-	name, password := string(parts[1]), parts[2]
-	gen := c.srv.usersGen.Load() // the users this login is checked against
-	user, err := c.srv.users.Authenticate(name, password)
-	if err != nil {
-		c.srv.log.Warn("login refused", "user", name, "remote", c.remote)
-		st, reason := command.StatusOf(err)
-		b.Out = c.enc.Error(b.Out, r.Hdr, st, reason, nil)
-		return false
-	}
-	b.Out = c.enc.Reply(b.Out, r.Hdr, mc.StatusOK, 0, nil, nil, []byte("Authenticated"))
-	b.After = func() { c.login(user); c.usersGen = gen }
-	return true
+// startLogin hands the verification of name's password to the login gate
+// (tenant.LoginGate), which paces attempts per remote address and verifies
+// them on its own small pool; b, the connection's batch in flight meanwhile,
+// comes back with the answer that answer encodes. On success the login is
+// applied on the loop when b is collected (login). A connection already
+// closed is not verified.
+func (c *conn) startLogin(b *work.Batch, name string, password []byte, anyBucket bool, answer func(err error)) {
+	c.inflight = b
+	c.srv.logins.Submit(c.remote, func() bool {
+		c.mu.Lock()
+		gone := c.gone
+		c.mu.Unlock()
+		if gone {
+			return true // nothing was tried: no failure to count
+		}
+		gen := c.srv.usersGen.Load() // the users this login is checked against
+		user, err := c.srv.users.Authenticate(name, password)
+		if err != nil {
+			c.srv.log.Warn("login refused", "user", name, "remote", c.remote)
+		} else {
+			b.After = func() { c.login(user, anyBucket); c.usersGen = gen }
+		}
+		answer(err)
+		return err == nil
+	}, func() { c.Finish(b) })
 }
 
 // login makes user the connection's identity. Like Couchbase, it selects the
-// bucket named after the user when there is one the user may use.
-func (c *conn) login(user *tenant.User) {
+// bucket named after the user when there is one the user may use, and with
+// anyBucket (text's login) otherwise the user's first bucket in name order.
+func (c *conn) login(user *tenant.User, anyBucket bool) {
 	c.user = user
 	c.unthrottled = user.Privileges.Has(tenant.PrivUnthrottled)
 	c.deselect()
-	if b, ok := c.srv.cat.Get(user.Name); ok && user.CanSelect(b.Name()) {
+	b, ok := c.srv.cat.Get(user.Name)
+	if (!ok || !user.CanSelect(b.Name())) && anyBucket {
+		if names := c.srv.cat.Names(user.CanSelect); len(names) > 0 {
+			b, ok = c.srv.cat.Get(names[0])
+		}
+	}
+	if ok && user.CanSelect(b.Name()) {
 		c.selectBucket(b)
 	}
 }
@@ -223,22 +235,11 @@ func (c *conn) flush(req *mc.Request) {
 	})
 }
 
-// flushBucket empties the batch's bucket and makes that durable: FLUSH and
-// text's flush_all, on a worker. With a delay (memcached's semantics) the
-// items that exist when it ends go then and are served until then; an
-// absolute time in the past changes nothing.
+// flushBucket flushes the batch's bucket (catalog.Flush) after delay, in
+// memcached's meaning.
 func (s *Server) flushBucket(b *work.Batch, delay uint32) error {
-	var err error
-	if store := b.Bucket.Store(); delay == 0 {
-		err = store.Flush()
-	} else {
-		now := uint32(s.opts.Now().Unix())
-		err = store.FlushAt(command.ExpiryAt(delay, now), now)
-	}
-	if err != nil {
-		return err
-	}
-	return s.db.SyncWAL()
+	now := uint32(s.opts.Now().Unix())
+	return s.cat.Flush(b.Bucket, command.ExpiryAt(delay, now), now)
 }
 
 // stats answers STAT: one reply per statistic, then an empty terminator.
@@ -300,11 +301,11 @@ func (c *conn) textControl(cmd *text.Command) {
 
 // textAuth is memcached's -Y authentication: before it, a connection's
 // first command must be "set <key> <flags> <exptime> <len>" whose data is
-// "<user> <password>". The password is checked on a worker (hashing is slow
-// by design), as SASL does; success answers STORED and selects the bucket
-// named like the user if the user may use it, else the user's first bucket
-// in name order. Anything else is "CLIENT_ERROR unauthenticated"; a bad
-// password also closes the connection.
+// "<user> <password>", verified as SASL's (startLogin); success answers
+// STORED and selects the bucket named like the user if the user may use
+// it, else the user's first bucket in name order. Anything else is
+// "CLIENT_ERROR unauthenticated"; a bad password also closes the
+// connection.
 func (c *conn) textAuth(cmd *text.Command) {
 	const unauthenticated = "CLIENT_ERROR unauthenticated\r\n"
 	if cmd.Kind != text.KindSet {
@@ -312,33 +313,15 @@ func (c *conn) textAuth(cmd *text.Command) {
 		return
 	}
 	name, password, _ := bytes.Cut(cmd.Value, []byte(" "))
-	user, pw := string(name), bytes.Clone(password)
 	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
-	b.Job = func(b *work.Batch) {
-		u, err := c.srv.users.Authenticate(user, pw)
+	c.startLogin(b, string(name), bytes.Clone(password), true, func(err error) {
 		if err != nil {
-			c.srv.log.Warn("login refused", "user", user, "remote", c.remote, "protocol", "text")
 			b.Out = append(b.Out, unauthenticated...)
 			b.After = func() { c.quitting = true }
 			return
 		}
 		b.Out = append(b.Out, "STORED\r\n"...)
-		b.After = func() { c.textLogin(u) }
-	}
-	c.startJob(b)
-}
-
-// textLogin is login, falling back to the user's first bucket.
-func (c *conn) textLogin(u *tenant.User) {
-	c.login(u)
-	if c.bucket != nil {
-		return
-	}
-	if names := c.srv.cat.Names(u.CanSelect); len(names) > 0 {
-		if b, ok := c.srv.cat.Get(names[0]); ok {
-			c.selectBucket(b)
-		}
-	}
+	})
 }
 
 // textStats answers stats [group [arg]]: the general group as memcached

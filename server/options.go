@@ -15,33 +15,25 @@ import (
 // Version is what VERSION and STAT report.
 const Version = "kvd-0.1.0"
 
-// BucketSettings are a bucket's throttle and queue settings (see package
-// tenant).
-type BucketSettings = tenant.Settings
-
-// Unlimited is the "unlimited" value of a reserved or hard limit.
-const Unlimited = tenant.Unlimited
-
 // BucketSpec is a bucket the server makes sure exists when it starts.
 type BucketSpec struct {
 	Name     string
 	Settings BucketSettings
 }
 
-// IngressOptions configure ticketed admission and its prober (see package
-// ingress).
-type IngressOptions = ingress.Options
+// The types and values of the packages Options is made of, so that a
+// program that starts a server needs no other package.
+type (
+	BucketSettings = tenant.Settings        // a bucket's throttle and admission settings
+	IngressOptions = ingress.Options        // ticketed admission and its prober
+	UserSpec       = catalog.UserSpec       // a configured user (in a cluster, etcd's)
+	ClusterOptions = catalog.ClusterOptions // membership of a cluster coordinated through etcd
+)
 
-// NoQueue as Ingress.MaxQueueDepth rejects at once when no ticket is free.
-const NoQueue = ingress.NoQueue
-
-// UserSpec is a configured user, as the config file states it (and as a
-// cluster keeps it in etcd).
-type UserSpec = catalog.UserSpec
-
-// ClusterOptions make the node a member of a cluster coordinated through
-// etcd (see package catalog).
-type ClusterOptions = catalog.ClusterOptions
+const (
+	Unlimited = tenant.Unlimited // the "unlimited" value of a reserved or hard limit
+	NoQueue   = ingress.NoQueue  // as Ingress.MaxQueueDepth: reject at once when no ticket is free
+)
 
 // Options configures New. Zero values take the defaults documented on each
 // field (EnsureDefaults); Validate reports what cannot work.
