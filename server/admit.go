@@ -25,16 +25,13 @@ const (
 )
 
 // admit is the one place where a decoded data command asks whether it may
-// run now: first the bucket's throttle, then an ingress ticket. It is called
-// on the loop and never blocks. A command that runs is added to the batch
-// being collected, with its ticket. A command the throttle holds stays in
-// the input and its connection is woken at the next tick. A command that
-// waits for a ticket becomes a continuation: it is copied into a batch of
-// its own, queued in ingress, and dispatched to a worker by whoever returns
-// a ticket (or answered 0x86 when its wait times out), without the loop.
-//
-// Unthrottled connections skip both: they take an exempt ticket, which never
-// waits but is counted.
+// run now: the bucket's throttle, its deadline gate, then an ingress ticket.
+// It runs on the loop and never blocks. A command that runs joins the batch
+// being collected, with its ticket; one the throttle holds stays in the
+// input until the next tick wakes its connection; one that waits for a
+// ticket becomes a batch of its own queued in ingress, run by whoever
+// returns a ticket or answered 0x86 when its wait ends (work.Batch).
+// Unthrottled connections take an exempt ticket: it never waits, but counts.
 func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	pool, now, adm := command.PoolOf(req.Opcode), s.opts.Now(), stateOf(c.bucket).adm
 	c.cmdStart = now
@@ -206,16 +203,12 @@ func (c *conn) runOrCollect(req *mc.Request, t ingress.Ticket, now time.Time) {
 	c.collectReq(req, t)
 }
 
-// serveResident answers a GET/GETK (or quiet variant) on the loop when the
-// item is resident in the engine's cache: no worker hop, no disk. The
-// engine's Peek reads memory under a short shard lock that is never held
-// across I/O, so the loop stays non-blocking. It returns false, having done
-// nothing, when the item is not resident; the command then goes to a worker.
-//
-// The command is admitted and metered exactly as on a worker: it holds its
-// ticket t for its (short) execution, is charged its read units, and counts
-// in the bucket's figures. It must be first in line (nothing collected
-// before it), so replies stay in request order.
+// serveResident answers a first-in-line GET/GETK (or quiet variant) on the
+// loop when the item is resident in the engine's cache: no worker hop, no
+// disk (Peek holds a shard lock never held across I/O). Otherwise it does
+// nothing and returns false. The command is admitted and metered exactly as
+// on a worker: it holds its ticket t for its short execution, is charged
+// its read units and counts in the bucket's figures.
 func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) bool {
 	s, b := c.srv, c.bucket
 	it, ok := b.Store().Peek(req.Key, uint32(now.Unix()), c.peek[:0])

@@ -214,11 +214,15 @@ func (c *conn) detect() bool {
 
 // mayDecode is checked before each command of either protocol: a reload
 // that revoked the user's access applies before the next command
-// (checkUsers); a paused connection, or one whose unsent replies reach
+// (revalidate); a paused connection, or one whose unsent replies reach
 // max_conn_output (resident GETs answered on the loop fill them within one
 // pass), decodes nothing more until they drain (netmem).
 func (c *conn) mayDecode() bool {
-	if c.checkUsers(); c.quitting {
+	if gen := c.srv.usersGen.Load(); gen != c.usersGen { // a reload since the last look
+		c.usersGen = gen
+		c.revalidate()
+	}
+	if c.quitting {
 		return false
 	}
 	if c.mem.Paused() || c.outputFull() {

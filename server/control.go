@@ -180,24 +180,10 @@ func (c *conn) startControl(req *mc.Request, job func(b *work.Batch)) {
 	c.startJob(b)
 }
 
-// who names the connection's user for admin log lines.
-func (c *conn) who() string {
-	if c.user == nil {
-		return "anonymous"
-	}
-	return c.user.Name
-}
-
-// admin handles the bucket and node admin commands: CREATE_BUCKET (key =
-// name, value = empty or a JSON object of bucket settings), DELETE_BUCKET
-// (key = name: its data is removed, and the connections that have it
-// selected get "no bucket" from then on), SetBucketThrottleProperties
-// (0x2a: key = bucket, value = {"reserved":…, "hard_limit":…} and SPEC
-// section 7's admission settings) and SetNodeThrottleProperties (0x2c: no
-// key, value = {"capacity":N, "default_throttle_reserved_units":…,
-// "default_throttle_hard_limit":…}). The body is decoded and checked on the
-// loop (catalog.Prepare); the change, which writes the catalog, runs on a
-// worker.
+// admin handles CREATE_BUCKET, DELETE_BUCKET, SetBucketThrottleProperties
+// (0x2a) and SetNodeThrottleProperties (0x2c), whose keys and JSON bodies
+// catalog.Prepare decodes and checks on the loop; the change, which writes
+// the catalog, runs on a worker.
 func (c *conn) admin(req *mc.Request, cmd catalog.Admin, what string) {
 	if !c.privileged(tenant.PrivBucketThrottleManagement) {
 		c.replyError(req, mc.StatusAccessDenied, what+" needs the BucketThrottleManagement privilege")
@@ -208,7 +194,7 @@ func (c *conn) admin(req *mc.Request, cmd catalog.Admin, what string) {
 		c.replyErr(req, err)
 		return
 	}
-	who := c.who()
+	who := c.user.Name // privileged: logged in
 	c.startControl(req, func(b *work.Batch) { b.Out = c.enc.Outcome(b.Out, b.Reqs[0].Hdr, apply(who)) })
 }
 
@@ -328,14 +314,14 @@ func (c *conn) textAuth(cmd *text.Command) {
 // formats it and kvd's groups, from the gatherers binary's STAT uses.
 func (c *conn) textStats(args [][]byte) {
 	emit := func(name string, value []byte) { c.out = text.AppendStat(c.out, name, string(value)) }
-	var group, arg string
+	var group, arg []byte
 	if len(args) > 0 {
-		group = string(args[0])
+		group, args = args[0], args[1:]
 	}
-	if len(args) > 1 {
-		arg = string(args[1])
+	if len(args) > 0 {
+		arg = args[0]
 	}
-	switch err := c.srv.view.Stats(group, arg, c.bucket, c.canSee, emit, emit); {
+	switch err := c.srv.view.Stats(string(group), string(arg), c.bucket, c.canSee, emit, emit); {
 	case errors.Is(err, observe.ErrUnknownGroup):
 		c.out = text.AppendError(c.out)
 	case err != nil:
@@ -365,15 +351,6 @@ func (c *conn) textFlush(delay uint32, noreply bool) {
 		}
 	}
 	c.startJob(b)
-}
-
-// checkUsers revalidates the connection when the users generation moved
-// since it last looked. It runs on the loop with no batch in flight.
-func (c *conn) checkUsers() {
-	if gen := c.srv.usersGen.Load(); gen != c.usersGen {
-		c.usersGen = gen
-		c.revalidate()
-	}
 }
 
 // revalidate applies the current users and limits to the connection: a

@@ -84,19 +84,14 @@ func (h bucketHooks) UsersChanged(specs []catalog.UserSpec) error {
 	return h.s.users.Replace(list)
 }
 
-// Revocation: a config reload that removes a user, a user's access to a
-// bucket or a privilege (or changes the anonymous bucket) reaches every
-// open connection before its next command. Reconfigure bumps the server's
-// users generation after replacing the users and limits, and wakes every
-// connection; each connection compares its own generation with the
-// server's at the top of every command (one atomic load) and, when they
-// differ, checks its identity again on its own loop (revalidate). Connection
-// state thus stays with its loop; the wake only makes the check prompt, so
-// that the admin log names the connections affected at reload time.
-
-// revoke publishes a new users generation and wakes every connection to
-// check its identity against it. Reconfigure calls it after the users and
-// limits are replaced.
+// revoke makes a reload that removed a user, a bucket grant or a
+// privilege (or changed the anonymous bucket) reach every open connection
+// before its next command: it bumps the users generation, which each
+// connection compares with its own at the top of every command (one atomic
+// load) and, when they differ, checks its identity again on its own loop
+// (revalidate); the wake makes that prompt, so the admin log names the
+// connections affected at reload time. Reconfigure calls it after the
+// users and limits are replaced.
 func (s *Server) revoke() {
 	s.usersGen.Add(1)
 	s.eachConn(func(c *conn) bool { _ = c.gc.Wake(nil); return true })

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -225,13 +226,12 @@ func (s *Server) OnTraffic(gc gnet.Conn) gnet.Action {
 const housekeepingPeriod = 10 * time.Millisecond
 
 // housekeeping is the server's one background goroutine: it ends throttle
-// seconds (and wakes the parked connections), in a cluster publishes the
+// seconds (waking the parked connections), then in a cluster publishes the
 // node's demand and applies its shares (catalog.TickCluster, which never
-// waits for etcd) after each second, closes connections that
-// have held an unfinished frame longer than the idle timeout, and keeps the
-// connections' network memory within its budget (netmem.Budget.Tick). It only
-// touches atomics, short locks and concurrency-safe gnet calls; connection
-// state stays with the loops.
+// waits for etcd), runs the prober and the queue timeouts, closes
+// connections that held an unfinished frame past the idle timeout, and
+// keeps network memory within its budget (netmem.Budget.Tick). It touches
+// only atomics, short locks and concurrency-safe gnet calls.
 func (s *Server) housekeeping() {
 	defer close(s.houseDone)
 	t := time.NewTicker(housekeepingPeriod)
@@ -295,3 +295,33 @@ func (g gnetLogger) Infof(f string, a ...any)  { g.l.Debug(fmt.Sprintf(f, a...),
 func (g gnetLogger) Warnf(f string, a ...any)  { g.l.Warn(fmt.Sprintf(f, a...), "component", "gnet") }
 func (g gnetLogger) Errorf(f string, a ...any) { g.l.Error(fmt.Sprintf(f, a...), "component", "gnet") }
 func (g gnetLogger) Fatalf(f string, a ...any) { g.l.Error(fmt.Sprintf(f, a...), "component", "gnet") }
+
+// The operator's view of the node (STAT groups, /metrics, node totals) is
+// package observe's; this is what it reads of the server (observe.Node).
+
+// node is the server as package observe reads it.
+type node struct{ s *Server }
+
+func (n node) Parts() observe.Parts {
+	s := n.s
+	return observe.Parts{Catalog: s.cat, Throttle: s.throttle, Ingress: s.ingress, DB: s.db}
+}
+
+func (n node) Front() observe.Front {
+	s, lim, f := n.s, n.s.limits(), n.s.flow.Stats()
+	return observe.Front{
+		Now: s.opts.Now(), Started: s.started, PID: s.pid, Version: Version, Threads: s.opts.Loops,
+		Conns: s.currConns.Load(), TotalConns: s.totalConns.Load(), MaxConns: lim.MaxConnections,
+		BucketLimit: lim.MetricsBucketLimit,
+		Buffers: observe.Buffers{Held: f.Held, Limit: lim.MaxBufferBytes, Paused: int64(f.Paused),
+			MemoryPauses: f.MemPauses, OutputPauses: f.OutPauses, Closed: f.Closed},
+	}
+}
+
+func (n node) State(b *catalog.Bucket) observe.BucketState {
+	st := stateOf(b)
+	return observe.BucketState{TextCommands: st.textCommands.Load(), Latency: st.lat.Load(), Admission: st.adm, Deadline: st.dl}
+}
+
+// MetricsHandler serves the Prometheus metrics.
+func (s *Server) MetricsHandler() http.Handler { return s.view.Handler() }

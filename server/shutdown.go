@@ -6,21 +6,16 @@ import (
 	"time"
 )
 
-// Shutdown bounds.
+// Shutdown's bounds: the grace connections get to finish their commands
+// in flight, take their last replies and close before the engine closes
+// whatever is left; how often the connections still open are woken (for
+// replies that waited for the socket) and counted; and the reason of the
+// 0x86 a command gets when it arrives, or waits parked or queued, meanwhile.
 const (
-	// shutdownGrace is how long Shutdown lets connections finish their
-	// commands in flight, take their last replies and close before the
-	// engine closes whatever is left.
-	shutdownGrace = 3 * time.Second
-	// shutdownPoll is how often Shutdown wakes the connections still open
-	// (for those whose replies were waiting for the socket) and checks
-	// whether they are all gone.
-	shutdownPoll = 20 * time.Millisecond
+	shutdownGrace  = 3 * time.Second
+	shutdownPoll   = 20 * time.Millisecond
+	shutdownReason = "shutting down"
 )
-
-// shutdownReason is the reason of the 0x86 a command gets when it arrives,
-// or waits parked or queued, while the server shuts down.
-const shutdownReason = "shutting down"
 
 // Shutdown stops accepting connections and drains the open ones (see
 // drain): commands running on workers finish, parked and queued ones and
