@@ -2,8 +2,14 @@ package tests
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -27,9 +33,9 @@ var allowedImports = map[string][]string{
 	"kvd/command": {"kvd/catalog", "kvd/engine", "kvd/ingress", "kvd/latency", "kvd/observe", "kvd/tenant",
 		"kvd/protocol/binary", "kvd/protocol/translate"},
 	"kvd/work": {"kvd/catalog", "kvd/command", "kvd/engine", "kvd/ingress", "kvd/protocol/binary"},
-	"kvd/server": {"kvd/work", "kvd/command", "kvd/catalog", "kvd/protocol/binary", "kvd/protocol/text", "kvd/protocol/translate", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/probe", "kvd/netmem",
-		"kvd/gauge", "kvd/observe", "kvd/latency", "github.com/panjf2000/gnet/v2", "github.com/tidwall/gjson",
-		"github.com/cockroachdb/pebble/v2"},
+	"kvd/server": {"kvd/work", "kvd/command", "kvd/catalog", "kvd/protocol/binary", "kvd/protocol/text",
+		"kvd/protocol/translate", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/probe", "kvd/gauge", "kvd/netmem",
+		"kvd/observe", "kvd/latency", "github.com/panjf2000/gnet/v2"},
 	"kvd/observe": {"kvd/catalog", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/gauge", "kvd/latency",
 		"github.com/prometheus/client_golang", "github.com/prometheus/client_model"},
 	"kvd/latency": {},
@@ -93,4 +99,62 @@ func importAllowed(imp string, allowed []string) bool {
 		}
 	}
 	return false
+}
+
+// connFiles are the files of package server that may define *conn methods:
+// the loop's, admission's, replies' and control's.
+var connFiles = map[string]bool{"conn.go": true, "conn_text.go": true, "admit.go": true, "reply.go": true, "control.go": true}
+
+// serverMaxLines is the size package server stays under (non-test lines):
+// what is not the loop, admission, replies or control lives in a package
+// of its own.
+const serverMaxLines = 2300
+
+// TestServerShape: *conn methods are defined only in the loop's,
+// admission's, replies' and control's files, and package server stays
+// under serverMaxLines.
+func TestServerShape(t *testing.T) {
+	files, err := filepath.Glob("../server/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := 0
+	fset := token.NewFileSet()
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines += strings.Count(string(src), "\n")
+		f, err := parser.ParseFile(fset, path, src, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv == nil || connFiles[filepath.Base(path)] {
+				continue
+			}
+			if star, ok := fn.Recv.List[0].Type.(*ast.StarExpr); ok {
+				if id, ok := star.X.(*ast.Ident); ok && id.Name == "conn" {
+					t.Errorf("%s defines (*conn).%s: *conn methods belong in %v", filepath.Base(path), fn.Name.Name, keys(connFiles))
+				}
+			}
+		}
+	}
+	if lines >= serverMaxLines {
+		t.Errorf("package server has %d lines, want under %d: move what is not the loop, admission, replies or control into a package of its own", lines, serverMaxLines)
+	}
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
