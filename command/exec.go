@@ -38,7 +38,7 @@ func Exec(bk *catalog.Bucket, r *Request, now uint32) {
 	var err error
 	switch op {
 	case binary.OpGet, binary.OpGetK:
-		err = execGet(bk, r, now)
+		err = execRead(bk, r, now, false)
 	case binary.OpSet, binary.OpAdd, binary.OpReplace:
 		bk.Counters.CmdSet.Add(1)
 		flags, exp, _ := binary.SetExtras(r.Extras)
@@ -55,7 +55,7 @@ func Exec(bk *catalog.Bucket, r *Request, now uint32) {
 			ExpiryAt(exp, now), exp != NoCreate, r.Hdr.CAS, now)
 		r.Num, r.CAS, r.Exp, r.Made = res.Value, res.CAS, res.Expiry, res.Created
 	case binary.OpTouch, binary.OpGAT, binary.OpGATK:
-		err = execTouch(bk, r, now)
+		err = execRead(bk, r, now, true)
 	}
 	if err != nil {
 		r.Status, r.Reason = StatusOf(err)
@@ -64,31 +64,29 @@ func Exec(bk *catalog.Bucket, r *Request, now uint32) {
 	r.Mut = op != binary.OpGet && op != binary.OpGetK
 }
 
-func execGet(bk *catalog.Bucket, r *Request, now uint32) error {
-	bk.Counters.CmdGet.Add(1)
-	it, err := bk.Store().Get(r.Key, now, r.Res[:0])
-	if err != nil {
-		if errors.Is(err, engine.ErrNotFound) {
-			bk.Counters.GetMisses.Add(1)
-		}
+// execRead runs a GET, or with touch a TOUCH or GAT: it counts the command
+// and its hit or miss in the bucket's figures and records the item read.
+func execRead(bk *catalog.Bucket, r *Request, now uint32, touch bool) error {
+	cnt := &bk.Counters
+	calls, hits, misses := &cnt.CmdGet, &cnt.GetHits, &cnt.GetMisses
+	var it engine.Item
+	var err error
+	if touch {
+		calls, hits, misses = &cnt.CmdTouch, &cnt.TouchHits, &cnt.TouchMisses
+		exp, _ := binary.TouchExtras(r.Extras)
+		it, err = bk.Store().Touch(r.Key, ExpiryAt(exp, now), now, r.Res[:0])
+	} else {
+		it, err = bk.Store().Get(r.Key, now, r.Res[:0])
+	}
+	calls.Add(1)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		misses.Add(1)
+		return err
+	case err != nil:
 		return err
 	}
-	bk.Counters.GetHits.Add(1)
-	r.Res, r.Flags, r.CAS, r.Exp = it.Value, it.Flags, it.CAS, it.Expiry
-	return nil
-}
-
-func execTouch(bk *catalog.Bucket, r *Request, now uint32) error {
-	bk.Counters.CmdTouch.Add(1)
-	exp, _ := binary.TouchExtras(r.Extras)
-	it, err := bk.Store().Touch(r.Key, ExpiryAt(exp, now), now, r.Res[:0])
-	if err != nil {
-		if errors.Is(err, engine.ErrNotFound) {
-			bk.Counters.TouchMisses.Add(1)
-		}
-		return err
-	}
-	bk.Counters.TouchHits.Add(1)
+	hits.Add(1)
 	r.Res, r.Flags, r.CAS, r.Exp = it.Value, it.Flags, it.CAS, it.Expiry
 	return nil
 }
