@@ -51,7 +51,7 @@ type Server struct {
 	connSeq    atomic.Uint64     // connections opened, numbering them (latency.Shards)
 	work       *work.Pool        // runs the batches off the loops
 	logins     *tenant.LoginGate // paces and verifies SASL attempts
-	view       *observe.View     // STAT groups, /metrics and the node totals (observe.go)
+	view       *observe.View     // STAT groups, /metrics and the node totals (node, below)
 
 	stopHouse chan struct{}
 	houseDone chan struct{}
