@@ -10,7 +10,7 @@
 #
 # Options: --rounds N, --time 8s, --conc "8 32 128", --no-4k, --servers "memcached ceiling kvd-off kvd-on",
 # --csv FILE (default compare.csv), --kvd-config-extra 'JSON fields' (added to both kvd configs),
-# --prebuilt DIR (kvd, ceiling and kvbench already built there: no build), --ceiling-flags '...', --profile SECONDS (CPU profile of kvd-off during its first -c 32 run,
+# --prebuilt DIR (kvd, ceiling and kvbench already built there: no build), --ceiling-flags '...', --profile SECONDS (CPU profile of kvd-off during its first -c 32 run, or of the config --profile-config names (c8, c128, 4k),
 # written next to the CSV as kvd-off.pprof).
 # A/B: a server named kvd-off-X or kvd-on-X (X a suffix of letters) runs the binary given by
 # --bin X=PATH (default the one built here) with the config fields given by --extra X='JSON fields'
@@ -34,6 +34,7 @@ while [ $# -gt 0 ]; do
 	--kvd-config-extra) EXTRA="$2,"; shift ;;
 	--ceiling-flags) CEILFLAGS=$2; shift ;;
 	--profile) PROFILE=$2; shift ;;
+	--profile-config) PROFCFG=$2; shift ;;
 	--prebuilt) PREBUILT=$(realpath "$2"); shift ;;
 	--bin) BIN[${2%%=*}]=$(realpath "${2#*=}"); shift ;;
 	--extra) XTRA[${2%%=*}]="${2#*=},"; shift ;;
@@ -116,7 +117,7 @@ one_run() {
 	local pid=${PID[$name]} hz u0 s0 u1 s1 out
 	hz=$(getconf CLK_TCK)
 	read -r u0 s0 < <(cpu "$pid")
-	if [ "$PROFILE" != 0 ] && [ "$name" = kvd-off ] && [ "$cfg" = c32 ] && [ "$round" = 1 ]; then
+	if [ "$PROFILE" != 0 ] && [ "$name" = kvd-off ] && [ "$cfg" = "${PROFCFG:-c32}" ] && [ "$round" = 1 ]; then
 		curl -s -o "$(dirname "$CSV")/kvd-off.pprof" "http://${METRICS[$name]}/debug/pprof/profile?seconds=$PROFILE" &
 	fi
 	out=$(memcaslap -s "${ADDR[$name]}" -B -T 2 -t "$TIME" "$@" 2>&1)

@@ -18,6 +18,15 @@ import (
 // buffers share the rest.
 func ItemCacheSizeFor(mem int64) int64 { return max(mem/4, DefaultItemCacheSize) }
 
+// Pebble's compaction settings (pebbleOptions): L0 files that start a
+// compaction into Lbase, L0 files (read amplification) at which writes stop,
+// and Lbase's size.
+const (
+	l0CompactionThreshold = 16
+	l0StopWritesThreshold = 64
+	lBaseMaxBytes         = 512 << 20
+)
+
 // Defaults applied by Options.EnsureDefaults to zero-valued fields.
 const (
 	// DefaultCacheSize is Pebble's block cache. Pebble fills it lazily,
@@ -143,6 +152,15 @@ func (o *Options) pebbleOptions() *pebble.Options {
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	// Compaction tuned for overwrites. kvd's reads are served by the item
+	// cache (complete while the data fits it), so Pebble's read
+	// amplification matters less than the bytes compactions rewrite.
+	// memcaslap with 4 KiB values (10% SETs overwriting 320k keys), three
+	// alternated rounds: +8% TPS, user CPU per op -19%, system -11% against
+	// Pebble's defaults (4 L0 files, stop at 12, 64 MiB Lbase).
+	po.L0CompactionThreshold = l0CompactionThreshold
+	po.L0StopWritesThreshold = l0StopWritesThreshold
+	po.LBaseMaxBytes = lBaseMaxBytes
 	return po
 }
 
