@@ -9,6 +9,7 @@
 #   bench/compare.sh --fsync               64 synced writers (kvbench) vs a write+fdatasync loop
 #
 # Options: --rounds N, --time 8s, --conc "8 32 128", --no-4k, --servers "memcached ceiling kvd-off kvd-on",
+# --no-quiesce (do not wait for the servers to go idle before and after each run: see quiesce),
 # --csv FILE (default compare.csv), --kvd-config-extra 'JSON fields' (added to both kvd configs),
 # --prebuilt DIR (kvd, ceiling and kvbench already built there: no build), --ceiling-flags '...', --profile SECONDS (CPU profile of kvd-off during its first -c 32 run, or of the config --profile-config names (c8, c128, 4k),
 # written next to the CSV as kvd-off.pprof).
@@ -19,7 +20,7 @@
 #   --servers "kvd-off kvd-off-a" --bin a=/tmp/kvd-nolatency     (latency recorder off: go build -tags kvd_nolatency)
 set -euo pipefail
 
-ROUNDS=3 TIME=8s CONC="8 32 128" BIG=1 SERVERS="memcached ceiling kvd-off kvd-on"
+QUIET_MAX=${QUIET_MAX:-60} ROUNDS=3 TIME=8s CONC="8 32 128" BIG=1 SERVERS="memcached ceiling kvd-off kvd-on"
 CSV=compare.csv MODE=memcaslap EXTRA="" CEILFLAGS="" PROFILE=0 PREBUILT=""
 declare -A BIN XTRA BXTRA
 while [ $# -gt 0 ]; do
@@ -35,6 +36,7 @@ while [ $# -gt 0 ]; do
 	--ceiling-flags) CEILFLAGS=$2; shift ;;
 	--profile) PROFILE=$2; shift ;;
 	--profile-config) PROFCFG=$2; shift ;;
+	--no-quiesce) QUIET_MAX=0 ;;
 	--prebuilt) PREBUILT=$(realpath "$2"); shift ;;
 	--bin) BIN[${2%%=*}]=$(realpath "${2#*=}"); shift ;;
 	--extra) XTRA[${2%%=*}]="${2#*=},"; shift ;;
@@ -104,6 +106,33 @@ start() {
 	exit 1
 }
 
+# ticks_all: user + system clock ticks of every server so far.
+ticks_all() {
+	local t=0 p u y
+	for p in "${PID[@]}"; do
+		read -r u y < <(cpu "$p")
+		t=$((t + u + y))
+	done
+	echo "$t"
+}
+
+# quiesce waits, up to QUIET_MAX seconds, until the servers together use at
+# most 3 clock ticks in half a second (an idle kvd uses about 0.7: its
+# housekeeping tick): the background work a run leaves behind (Pebble's flushes and
+# compactions) then runs neither into the next server's measurement nor
+# into this one's next round. --no-quiesce turns it off.
+quiesce() {
+	[ "$QUIET_MAX" = 0 ] && return 0
+	local start=$SECONDS before after
+	while [ $((SECONDS - start)) -lt "$QUIET_MAX" ]; do
+		before=$(ticks_all)
+		sleep 0.5
+		after=$(ticks_all)
+		[ $((after - before)) -le 3 ] && return 0
+	done
+	echo "compare.sh: servers still busy after ${QUIET_MAX}s; measuring anyway" >&2
+}
+
 # cpu PID: user and system clock ticks of the process so far.
 cpu() { awk '{print $14, $15}' "/proc/$1/stat"; }
 
@@ -116,11 +145,13 @@ one_run() {
 	shift 3
 	local pid=${PID[$name]} hz u0 s0 u1 s1 out
 	hz=$(getconf CLK_TCK)
+	quiesce
 	read -r u0 s0 < <(cpu "$pid")
 	if [ "$PROFILE" != 0 ] && [ "$name" = kvd-off ] && [ "$cfg" = "${PROFCFG:-c32}" ] && [ "$round" = 1 ]; then
 		curl -s -o "$(dirname "$CSV")/kvd-off.pprof" "http://${METRICS[$name]}/debug/pprof/profile?seconds=$PROFILE" &
 	fi
 	out=$(memcaslap -s "${ADDR[$name]}" -B -T 2 -t "$TIME" "$@" 2>&1)
+	quiesce # the run's trailing background work counts in its CPU per op
 	read -r u1 s1 < <(cpu "$pid")
 	local ops tps
 	ops=$(echo "$out" | awk '/^Run time/ {for (i = 1; i <= NF; i++) if ($i == "Ops:") print $(i+1)}')
