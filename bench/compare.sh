@@ -191,24 +191,36 @@ memcaslap_mode() {
 }
 
 # summary prints one line per configuration and server: median TPS, ratios
-# to memcached and to the ceiling, median server CPU µs/op.
+# to memcached and to the ceiling (of the medians), the median of the paired
+# ratios (each round's TPS over the reference's in the same round: the
+# machine's drift between rounds cancels out), median server CPU µs/op.
 summary() {
-	printf '%-6s %-10s %10s %8s %8s %8s %8s\n' config server "TPS" "/mcd" "/ceil" "usr/op" "sys/op"
+	printf '%-6s %-10s %10s %8s %8s %8s %8s %8s %8s\n' config server "TPS" "/mcd" "/ceil" "/mcd(p)" "/ceil(p)" "usr/op" "sys/op"
 	local cfg s
 	for cfg in $(tail -n +2 "$CSV" | cut -d, -f1 | uniq); do
 		local mcd ceil
 		mcd=$(awk -F, -v c="$cfg" '$1 == c && $3 == "memcached" {print $4}' "$CSV" | median)
 		ceil=$(awk -F, -v c="$cfg" '$1 == c && $3 == "ceiling" {print $4}' "$CSV" | median)
 		for s in $SERVERS; do
-			local tps usr sys
+			local tps usr sys pm pc
 			tps=$(awk -F, -v c="$cfg" -v n="$s" '$1 == c && $3 == n {print $4}' "$CSV" | median)
 			usr=$(awk -F, -v c="$cfg" -v n="$s" '$1 == c && $3 == n {print $7}' "$CSV" | median)
 			sys=$(awk -F, -v c="$cfg" -v n="$s" '$1 == c && $3 == n {print $8}' "$CSV" | median)
-			awk -v c="$cfg" -v n="$s" -v t="$tps" -v m="$mcd" -v e="$ceil" -v u="$usr" -v y="$sys" \
-				'BEGIN {printf "%-6s %-10s %10d %8s %8s %8.2f %8.2f\n", c, n, t,
-					(m > 0 ? sprintf("%.2f", t/m) : "-"), (e > 0 ? sprintf("%.2f", t/e) : "-"), u, y}'
+			pm=$(paired "$cfg" "$s" memcached)
+			pc=$(paired "$cfg" "$s" ceiling)
+			awk -v c="$cfg" -v n="$s" -v t="$tps" -v m="$mcd" -v e="$ceil" -v u="$usr" -v y="$sys" -v pm="$pm" -v pc="$pc" \
+				'BEGIN {printf "%-6s %-10s %10d %8s %8s %8s %8s %8.2f %8.2f\n", c, n, t,
+					(m > 0 ? sprintf("%.2f", t/m) : "-"), (e > 0 ? sprintf("%.2f", t/e) : "-"), pm, pc, u, y}'
 		done
 	done
+}
+
+# paired CONFIG SERVER REFERENCE: the median over rounds of SERVER's TPS over
+# REFERENCE's in the same round, or "-" without the reference.
+paired() {
+	awk -F, -v c="$1" -v n="$2" -v ref="$3" '$1 == c && $3 == n {t[$2] = $4} $1 == c && $3 == ref {r[$2] = $4}
+		END {for (k in t) if (k in r && r[k] > 0) printf "%.4f\n", t[k] / r[k]}' "$CSV" | median |
+		awk '{if ($1 == 0) print "-"; else printf "%.2f\n", $1}'
 }
 
 # rss_mode: RSS after storing 1,000,000 1 KiB items (kvd wal_sync off vs
