@@ -66,6 +66,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	}
 	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
 	r := c.addReq(b, req)
+	r.QueuedAt = now // before Acquire: once queued, another goroutine may grant it
 	t, d, reason := s.ingress.Acquire(pool, adm, b, command.ChargeOf(req), now)
 	switch d {
 	case ingress.Admitted:
@@ -73,7 +74,6 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 		c.collect = b
 		return admitRun
 	case ingress.Queued:
-		r.QueuedAt = now
 		c.inflight = b // the continuation: Granted or Expired will finish it
 		return admitQueued
 	}
