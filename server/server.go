@@ -89,6 +89,7 @@ func New(opts Options) (*Server, error) {
 		db:        db,
 		users:     users,
 		pid:       os.Getpid(),
+		started:   opts.Now(), // Start sets it again; a scrape before it sees an uptime of 0
 		booted:    make(chan struct{}),
 		runErr:    make(chan error, 1),
 		stopHouse: make(chan struct{}),

@@ -62,19 +62,19 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if *metrics != "" { // listening before the protocol port: whoever reaches kvd can scrape it
+		stop, err := serveMetrics(*metrics, srv.MetricsHandler(), log)
+		if err != nil {
+			_ = srv.Close()
+			return err
+		}
+		defer stop()
+	}
 	if err := srv.Start(); err != nil {
 		_ = srv.Close()
 		return err
 	}
 	log.Info("kvd serving", "listen", *listen, "data_dir", *dataDir, "wal_sync", !opts.DisableWALSync)
-	if *metrics != "" {
-		stop, err := serveMetrics(*metrics, srv.MetricsHandler(), log)
-		if err != nil {
-			_ = srv.Shutdown(context.Background())
-			return err
-		}
-		defer stop()
-	}
 
 	if source != "embedded default" {
 		defer startWatcher(source, *listen, *dataDir, srv, log).Stop()
