@@ -410,3 +410,21 @@ func TestItemCacheSizeFor(t *testing.T) {
 		}
 	}
 }
+
+// TestPebbleCompactionSettings: Pebble runs with the compaction settings
+// tuned for overwrites, not its defaults (4 L0 files, stop at 12, 64 MiB
+// Lbase), and with bloom filters on every level.
+func TestPebbleCompactionSettings(t *testing.T) {
+	o := Options{Dir: t.TempDir()}
+	o.EnsureDefaults()
+	po := o.pebbleOptions()
+	if po.L0CompactionThreshold != 16 || po.L0StopWritesThreshold != 64 || po.LBaseMaxBytes != 512<<20 {
+		t.Errorf("L0 compaction %d, L0 stop %d, Lbase %d: want 16, 64, 512 MiB",
+			po.L0CompactionThreshold, po.L0StopWritesThreshold, po.LBaseMaxBytes)
+	}
+	for i, l := range po.Levels {
+		if l.FilterPolicy == nil {
+			t.Errorf("level %d has no bloom filter", i)
+		}
+	}
+}

@@ -138,6 +138,10 @@ func TestTextAnonymousAndIsolation(t *testing.T) {
 	bob.call("bob flush_all", "flush_all\r\n", "OK")
 	alice.call("alice get after bob's flush", "get k\r\n", "VALUE k 0 5", "alice", "END")
 	bob.call("bob stats of alice's bucket", "stats bucket_details alice\r\n", "CLIENT_ERROR no access to bucket alice")
+	// The text stats are observe's groups, as binary STAT's: cluster refuses
+	// with binary's reason on a single node, an unknown group is ERROR.
+	bob.call("stats cluster on a single node", "stats cluster\r\n", "CLIENT_ERROR not in a cluster: kvd was started without --cluster")
+	bob.call("unknown stats group", "stats bogus\r\n", "ERROR")
 }
 
 // TestTextThrottleHardLimit: a text tenant with hard_limit 100 units/s
@@ -361,4 +365,47 @@ func TestTextCommandsMetric(t *testing.T) {
 	if text != 4 || all != 6 {
 		t.Errorf("bucket default: kvd_bucket_text_commands_total %v, kvd_bucket_commands_total %v; want 4 and 6", text, all)
 	}
+}
+
+// TestTextLoginPaced: memcached -Y logins go through the login gate like
+// SASL: after wrong passwords from one address, its next attempt waits
+// (50 ms doubling per failure), so a text client cannot try passwords
+// faster than a binary one.
+func TestTextLoginPaced(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, textAuthConfig(true))
+	attempt := func(cred string) (string, time.Time) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.4")}, Timeout: 5 * time.Second}
+		nc, err := d.Dial("tcp", k.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		c := &textClient{t: t, nc: nc, r: bufio.NewReaderSize(nc, 1<<16)}
+		c.send("set x 0 0 " + itoa(len(cred)) + "\r\n" + cred + "\r\n")
+		got, err := c.line(30 * time.Second)
+		if err != nil {
+			t.Fatalf("login %q: %v", cred, err)
+		}
+		return got, time.Now()
+	}
+	var lastFailure time.Time
+	for range 5 {
+		got, at := attempt("alice wrong")
+		if got != "CLIENT_ERROR unauthenticated" {
+			t.Fatalf("wrong password answered %q", got)
+		}
+		lastFailure = at
+	}
+	// After 5 failures the address waits 50 ms << 4 = 800 ms from the last
+	// one before its next attempt is verified, right password or not.
+	got, at := attempt("alice alice-pw")
+	took := at.Sub(lastFailure)
+	if got != "STORED" {
+		t.Fatalf("right password after the failures: %q", got)
+	}
+	if took < 700*time.Millisecond {
+		t.Errorf("the attempt after 5 wrong passwords was answered %v after the last: text logins are not paced", took)
+	}
+	t.Logf("attempt after 5 wrong passwords answered %v after the last", took)
 }
