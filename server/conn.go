@@ -408,7 +408,7 @@ func (c *conn) startJob(b *work.Batch) {
 	c.srv.work.Submit(b)
 }
 
-// finish is called by the worker when b is done: it hands b to the loop and
+// Finish implements work.Owner: b is done. It hands b to the loop and
 // wakes it. After close, the batch is released here instead.
 func (c *conn) Finish(b *work.Batch) {
 	c.mu.Lock()
@@ -426,6 +426,9 @@ func (c *conn) Finish(b *work.Batch) {
 
 // collectDone appends the finished batch's replies and applies its effects.
 func (c *conn) collectDone() {
+	if c.inflight == nil {
+		return // only a batch handed out can come back: no lock on a plain pass
+	}
 	c.mu.Lock()
 	b := c.done
 	c.done = nil

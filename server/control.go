@@ -210,7 +210,7 @@ func (c *conn) flush(req *mc.Request) {
 	quiet := req.Opcode.IsQuiet()
 	delay, _ := mc.FlushExtras(req.Extras)
 	c.startControl(req, func(b *work.Batch) {
-		err := c.srv.flushBucket(b, delay)
+		err := c.srv.flushBucket(b.Bucket, delay)
 		switch {
 		case err != nil:
 			st, reason := command.StatusOf(err)
@@ -221,11 +221,11 @@ func (c *conn) flush(req *mc.Request) {
 	})
 }
 
-// flushBucket flushes the batch's bucket (catalog.Flush) after delay, in
-// memcached's meaning.
-func (s *Server) flushBucket(b *work.Batch, delay uint32) error {
+// flushBucket flushes bk (catalog.Flush) after delay, in memcached's
+// meaning: FLUSH and flush_all, on a worker.
+func (s *Server) flushBucket(bk *catalog.Bucket, delay uint32) error {
 	now := uint32(s.opts.Now().Unix())
-	return s.cat.Flush(b.Bucket, command.ExpiryAt(delay, now), now)
+	return s.cat.Flush(bk, command.ExpiryAt(delay, now), now)
 }
 
 // stats answers STAT: one reply per statistic, then an empty terminator.
@@ -341,7 +341,7 @@ func (c *conn) textFlush(delay uint32, noreply bool) {
 	}
 	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
 	b.Job = func(b *work.Batch) {
-		err := c.srv.flushBucket(b, delay)
+		err := c.srv.flushBucket(b.Bucket, delay)
 		switch {
 		case err != nil:
 			_, reason := command.StatusOf(err)

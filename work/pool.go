@@ -157,9 +157,8 @@ func (p *Pool) run(b *Batch) {
 // fsync (Synced), and exec reports true: the batch is no longer the
 // worker's. Otherwise it encodes the replies.
 func (p *Pool) exec(b *Batch) (deferred bool) {
-	now := uint32(p.opts.Now().Unix())
-	mutated := false
 	start := p.opts.Now()
+	now, mutated := uint32(start.Unix()), false
 	for _, r := range b.Reqs {
 		command.Exec(b.Bucket, r, now)
 		if command.Estimated(r.Hdr.Op) {
