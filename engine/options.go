@@ -27,6 +27,18 @@ const (
 	lBaseMaxBytes         = 512 << 20
 )
 
+// Pebble's value separation (pebbleOptions): records at least
+// blobMinimumSize bytes long live in blob files; an sstable references at
+// most blobMaxReferenceDepth overlapping ones; a blob file at least
+// blobRewriteMinimumAge old whose garbage passes blobTargetGarbageRatio is
+// rewritten to give the space back.
+const (
+	blobMinimumSize        = 1 << 10
+	blobMaxReferenceDepth  = 10
+	blobRewriteMinimumAge  = 5 * time.Minute
+	blobTargetGarbageRatio = 0.2
+)
+
 // Defaults applied by Options.EnsureDefaults to zero-valued fields.
 const (
 	// DefaultCacheSize is Pebble's block cache. Pebble fills it lazily,
@@ -161,6 +173,16 @@ func (o *Options) pebbleOptions() *pebble.Options {
 	po.L0CompactionThreshold = l0CompactionThreshold
 	po.L0StopWritesThreshold = l0StopWritesThreshold
 	po.LBaseMaxBytes = lBaseMaxBytes
+	// Value separation: a record of blobMinimumSize bytes or more goes to a
+	// blob file when its memtable is flushed, and compactions then move
+	// only its key and a handle. memcaslap with 4 KiB values, three
+	// alternated rounds: +14% TPS, user CPU per op -20%, system -16%;
+	// with 1 KiB values no change.
+	po.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
+		return pebble.ValueSeparationPolicy{Enabled: true, MinimumSize: blobMinimumSize,
+			MaxBlobReferenceDepth: blobMaxReferenceDepth, RewriteMinimumAge: blobRewriteMinimumAge,
+			TargetGarbageRatio: blobTargetGarbageRatio}
+	}
 	return po
 }
 
