@@ -33,7 +33,7 @@ const (
 // returns a ticket or answered 0x86 when its wait ends (work.Batch).
 // Unthrottled connections take an exempt ticket: it never waits, but counts.
 func (s *Server) admit(c *conn, req *mc.Request) verdict {
-	pool, now, adm := command.PoolOf(req.Opcode), s.opts.Now(), stateOf(c.bucket).adm
+	pool, now, adm := command.PoolOf(req.Opcode), c.now, stateOf(c.bucket).adm
 	c.cmdStart = now
 	if c.unthrottled {
 		c.runOrCollect(req, s.ingress.StartExempt(pool, adm, now), now)

@@ -59,11 +59,11 @@ type conn struct {
 	bucket      *catalog.Bucket // selected bucket, nil for none
 	enc         command.Encoder // replies in the connection's HELLO features
 
-	parkedSince  time.Time          // when the head command was first throttled; zero when not
-	throttledFor time.Duration      // how long the next batched command was held
-	cmdStart     time.Time          // frame complete of the command being admitted
-	in           ingress.InputClock // when the input's bytes arrived
-	lat          latency.Log        // commands answered this pass, observed after the write
+	parkedSince   time.Time          // when the head command was first throttled; zero when not
+	throttledFor  time.Duration      // how long the next batched command was held
+	now, cmdStart time.Time          // the pass's clock (read once a pass); the admitted command's frame complete
+	in            ingress.InputClock // when the input's bytes arrived
+	lat           latency.Log        // commands answered this pass, observed after the write
 
 	// The deadline grant of the command being admitted (with dl, its
 	// bucket's gate; nil when it holds none).
@@ -114,9 +114,9 @@ func (c *conn) onTraffic() gnet.Action {
 	if c.mem.Paused() && c.account() == gnet.Close {
 		return gnet.Close
 	}
-	c.stopped = false
+	c.stopped, c.now = false, c.srv.opts.Now()
 	if in := c.gc.InboundBuffered(); c.in.Grew(in) { // a wake after a batch brings no input
-		c.in.Arrived(in, c.srv.opts.Now())
+		c.in.Arrived(in, c.now)
 	}
 	action := c.serve()
 	c.in.Passed(c.gc.InboundBuffered())
