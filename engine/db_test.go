@@ -427,8 +427,8 @@ func TestPebbleCompactionSettings(t *testing.T) {
 			t.Errorf("level %d has no bloom filter", i)
 		}
 	}
-	if vs := po.Experimental.ValueSeparationPolicy(); !vs.Enabled || vs.MinimumSize != 1024 {
-		t.Errorf("value separation %+v: want enabled from 1 KiB", vs)
+	if vs := po.Experimental.ValueSeparationPolicy(); !vs.Enabled || vs.MinimumSize != 1024 || vs.MaxBlobReferenceDepth != 50 {
+		t.Errorf("value separation %+v: want enabled from 1 KiB, reference depth 50", vs)
 	}
 }
 
