@@ -412,7 +412,7 @@ func TestItemCacheSizeFor(t *testing.T) {
 }
 
 // TestPebbleCompactionSettings: Pebble runs with the compaction settings
-// tuned for overwrites, not its defaults (4 L0 files, stop at 12, 64 MiB
+// tuned for writes, not its defaults (4 L0 files, stop at 12, 64 MiB
 // Lbase), and with bloom filters on every level.
 func TestPebbleCompactionSettings(t *testing.T) {
 	o := Options{Dir: t.TempDir()}
@@ -427,8 +427,8 @@ func TestPebbleCompactionSettings(t *testing.T) {
 			t.Errorf("level %d has no bloom filter", i)
 		}
 	}
-	if vs := po.Experimental.ValueSeparationPolicy(); !vs.Enabled || vs.MinimumSize != 1024 || vs.MaxBlobReferenceDepth != 50 {
-		t.Errorf("value separation %+v: want enabled from 1 KiB, reference depth 50", vs)
+	if vs := po.Experimental.ValueSeparationPolicy(); !vs.Enabled || vs.MinimumSize != 1024 || vs.MaxBlobReferenceDepth != 10 {
+		t.Errorf("value separation %+v: want enabled from 1 KiB, reference depth 10", vs)
 	}
 }
 
