@@ -3,6 +3,7 @@ package server
 import (
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,8 +47,8 @@ func (f *fakeConn) Write(b []byte) (int, error)   { f.out = append(f.out, b...);
 func (f *fakeConn) Wake(gnet.AsyncCallback) error { f.wakes <- struct{}{}; return nil }
 func (f *fakeConn) Close() error                  { f.closed = true; return nil }
 func (f *fakeConn) send(req *mc.Request)          { f.in = mc.AppendRequest(f.in, req) }
-func (f *fakeConn) waitWake(t *testing.T)         { t.Helper(); waitWake(t, f.wakes) }
-func (f *fakeConn) replies(t *testing.T) []mc.Response {
+func (f *fakeConn) waitWake(t testing.TB)         { t.Helper(); waitWake(t, f.wakes) }
+func (f *fakeConn) replies(t testing.TB) []mc.Response {
 	t.Helper()
 	var out []mc.Response
 	for buf := f.out; len(buf) > 0; {
@@ -62,7 +63,7 @@ func (f *fakeConn) replies(t *testing.T) []mc.Response {
 	return out
 }
 
-func waitWake(t *testing.T, ch chan struct{}) {
+func waitWake(t testing.TB, ch chan struct{}) {
 	t.Helper()
 	select {
 	case <-ch:
@@ -83,7 +84,7 @@ func newClock() *fakeClock                   { return &fakeClock{t: time.Unix(1_
 
 // newLoopServer is a Server with its workers but no gnet engine: the test
 // plays the event loop, calling onTraffic itself.
-func newLoopServer(t *testing.T, clk *fakeClock, mutate func(*Options)) *Server {
+func newLoopServer(t testing.TB, clk *fakeClock, mutate func(*Options)) *Server {
 	t.Helper()
 	opts := Options{
 		DataDir: t.TempDir(), DisableWALSync: true, Now: clk.now,
@@ -105,7 +106,7 @@ func newLoopServer(t *testing.T, clk *fakeClock, mutate func(*Options)) *Server 
 	return s
 }
 
-func (s *Server) openFake(t *testing.T) (*conn, *fakeConn) {
+func (s *Server) openFake(t testing.TB) (*conn, *fakeConn) {
 	f := newFakeConn()
 	c := newConn(s, f, "fake")
 	b, ok := s.cat.Get("b")
@@ -236,5 +237,30 @@ func TestLoopDisconnectWhileQueued(t *testing.T) {
 	}
 	if b, _ := s.cat.Get("b"); b.Store().ItemCount() != 0 {
 		t.Fatal("the canceled SET was executed")
+	}
+}
+
+// BenchmarkResidentGet: the loop's own work for one GET of a resident 1 KiB
+// item: decoding, admission (throttle, deadline gate, ingress ticket), the
+// item cache, the reply and the latency record, without gnet's syscalls (a
+// fake connection) and with the real clock.
+func BenchmarkResidentGet(b *testing.B) {
+	s := newLoopServer(b, newClock(), func(o *Options) { o.Now = time.Now })
+	c, f := s.openFake(b)
+	f.send(set(1, "key:0000000000000000000000000000000000000000000000000000000000", strings.Repeat("v", 1024)))
+	c.onTraffic()
+	f.waitWake(b)
+	c.onTraffic()
+	if rs := f.replies(b); len(rs) != 1 || rs[0].Status != mc.StatusOK {
+		b.Fatalf("SET: %+v", rs)
+	}
+	get := mc.AppendRequest(nil, &mc.Request{Opcode: mc.OpGet, Opaque: 2, Key: []byte("key:0000000000000000000000000000000000000000000000000000000000")})
+	b.ReportAllocs()
+	for b.Loop() {
+		f.in, f.out = get, f.out[:0] // the loop only reads its input
+		c.onTraffic()
+	}
+	if rs := f.replies(b); len(rs) != 1 || rs[0].Status != mc.StatusOK || len(rs[0].Value) != 1024 {
+		b.Fatalf("GET: %+v", rs)
 	}
 }
