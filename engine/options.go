@@ -27,34 +27,6 @@ const (
 	lBaseMaxBytes         = 512 << 20
 )
 
-// Pebble's value separation (pebbleOptions): records at least
-// blobMinimumSize bytes long live in blob files; an sstable references at
-// most blobMaxReferenceDepth overlapping ones; a blob file at least
-// blobRewriteMinimumAge old whose garbage passes blobTargetGarbageRatio is
-// rewritten to give the space back.
-//
-// Past the reference depth a compaction copies values into new blob files,
-// in key order. memcaslap's keys are random, so every blob file overlaps
-// every sstable. Ten 6 s runs with 4 KiB values (2.3 GB), bytes written to
-// disk per command, then the time to open the store (its warm-up reads
-// every value in key order) with a cold and a warm page cache:
-//
-//	no value separation   2,286 B   4.5 s   3.3 s
-//	depth 10              1,568 B   8.1 s   4.2 s
-//	depth 50              1,111 B  21.2 s   4.8 s
-//	depth 200               869 B  40.1 s   6.2 s
-//
-// A deeper reference lets values stay where their flush wrote them, and
-// the warm-up's reads then jump between hundreds of blob files. Depth 10,
-// Pebble's own choice, keeps most of the gain at a restart cost a node can
-// live with.
-const (
-	blobMinimumSize        = 1 << 10
-	blobMaxReferenceDepth  = 10
-	blobRewriteMinimumAge  = 5 * time.Minute
-	blobTargetGarbageRatio = 0.2
-)
-
 // Defaults applied by Options.EnsureDefaults to zero-valued fields.
 const (
 	// DefaultCacheSize is Pebble's block cache. Pebble fills it lazily,
@@ -190,16 +162,12 @@ func (o *Options) pebbleOptions() *pebble.Options {
 	po.L0CompactionThreshold = l0CompactionThreshold
 	po.L0StopWritesThreshold = l0StopWritesThreshold
 	po.LBaseMaxBytes = lBaseMaxBytes
-	// Value separation: a record of blobMinimumSize bytes or more goes to a
-	// blob file when its memtable is flushed, and compactions then move
-	// only its key and a handle. memcaslap with 4 KiB values, three
-	// alternated rounds: +14% TPS, user CPU per op -20%, system -16%;
-	// with 1 KiB values no change.
-	po.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
-		return pebble.ValueSeparationPolicy{Enabled: true, MinimumSize: blobMinimumSize,
-			MaxBlobReferenceDepth: blobMaxReferenceDepth, RewriteMinimumAge: blobRewriteMinimumAge,
-			TargetGarbageRatio: blobTargetGarbageRatio}
-	}
+	// No value separation (blob files). It cut the bytes written to disk
+	// with 4 KiB values by a quarter, but memcaslap's throughput gain did
+	// not hold as the store grew, and a restart got slower: the warm-up
+	// reads every value in key order, across blob files (2.2 GB of 4 KiB
+	// items: 11.4 s from a cold page cache against 4.9 s; bench/store.sh,
+	// docs/performance.md).
 	return po
 }
 
