@@ -15,7 +15,7 @@
 #   bench/store.sh --bin /tmp/kvd-other    another kvd binary
 set -euo pipefail
 
-RUNS=10 FILL=0 BIN="" PORT=23211
+RUNS=10 FILL=0 BIN="" PORT=23211 PID="" OPENED=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--runs) RUNS=$2; shift ;;
@@ -28,9 +28,7 @@ done
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TMP=$(mktemp -d /tmp/kvd-store.XXXXXX)
-PID=""
 trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"' EXIT
-OPENED=
 if [ -z "$BIN" ]; then
 	(cd "$ROOT" && go build -o "$TMP/kvd" ./cmd/kvd)
 	BIN=$TMP/kvd

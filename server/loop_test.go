@@ -245,16 +245,17 @@ func TestLoopDisconnectWhileQueued(t *testing.T) {
 // item cache, the reply and the latency record, without gnet's syscalls (a
 // fake connection) and with the real clock.
 func BenchmarkResidentGet(b *testing.B) {
+	const key = "key:0000000000000000000000000000000000000000000000000000000000" // 64 bytes, as memcaslap's
 	s := newLoopServer(b, newClock(), func(o *Options) { o.Now = time.Now })
 	c, f := s.openFake(b)
-	f.send(set(1, "key:0000000000000000000000000000000000000000000000000000000000", strings.Repeat("v", 1024)))
+	f.send(set(1, key, strings.Repeat("v", 1024)))
 	c.onTraffic()
 	f.waitWake(b)
 	c.onTraffic()
 	if rs := f.replies(b); len(rs) != 1 || rs[0].Status != mc.StatusOK {
 		b.Fatalf("SET: %+v", rs)
 	}
-	get := mc.AppendRequest(nil, &mc.Request{Opcode: mc.OpGet, Opaque: 2, Key: []byte("key:0000000000000000000000000000000000000000000000000000000000")})
+	get := mc.AppendRequest(nil, &mc.Request{Opcode: mc.OpGet, Opaque: 2, Key: []byte(key)})
 	b.ReportAllocs()
 	for b.Loop() {
 		f.in, f.out = get, f.out[:0] // the loop only reads its input
