@@ -252,7 +252,15 @@ func (c *Controller) roomLocked(pool Pool, b *Bucket) bool {
 // before Release returns). A ticket of a pool above its size after a shrink is not
 // handed on. Releasing a ticket twice, or a zero Ticket, changes nothing but the pool's
 // StaleReleases.
-func (c *Controller) Release(t Ticket, now time.Time) {
+func (c *Controller) Release(t Ticket, now time.Time) { c.release(t, -1, now) }
+
+// SettleRelease is Settle then Release under one lock: a command answered at once
+// (a resident GET on the loop) teaches its bucket the size of its value and gives its
+// ticket back.
+func (c *Controller) SettleRelease(t Ticket, bytes int64, now time.Time) { c.release(t, bytes, now) }
+
+// release is Release, settling t with bytes first unless bytes < 0.
+func (c *Controller) release(t Ticket, settle int64, now time.Time) {
 	if t.pool >= numPools {
 		return
 	}
@@ -263,6 +271,9 @@ func (c *Controller) Release(t Ticket, now time.Time) {
 		c.releaseExemptLocked(p, t)
 		c.mu.Unlock()
 		return
+	}
+	if settle >= 0 && p.inUseLocked(t) {
+		t.b.readEst += (settle - t.b.readEst) / 8
 	}
 	bytes, ok := p.putLocked(t)
 	if !ok {

@@ -229,3 +229,27 @@ func TestMemoryLimitLoweredBelowWaiter(t *testing.T) {
 		t.Fatalf("events %q", got)
 	}
 }
+
+// TestSettleRelease: one call teaches the estimate as Settle does and gives the ticket
+// and all its bytes back as Release does; a second call, or one with an exempt
+// ticket, changes nothing.
+func TestSettleRelease(t *testing.T) {
+	c, ev := newTest(t, 8, 8, Options{MaxInflightBytes: 4096})
+	b := mustBucket(t, c, "b", BucketLimits{})
+	r := acq(t, c, Read, b, nil, Estimate, at(0), Admitted)                 // charged the 1024 estimate
+	acq(t, c, Write, b, &recWaiter{name: "w", ev: ev}, 3100, at(0), Queued) // 1024+3100 > 4096
+	c.SettleRelease(r, 100, at(1))
+	if got := ev.take(); got != "w:granted" {
+		t.Fatalf("events %q", got)
+	}
+	if m := memStats(c); m.InflightBytes != 3100 {
+		t.Fatalf("memory %+v, want only the granted write's 3100 bytes", m)
+	}
+	c.SettleRelease(r, 5000, at(2)) // stale: neither the estimate nor the memory moves
+	c.SettleRelease(c.StartExempt(Read, b, at(2)), 5000, at(2))
+	r2 := acq(t, c, Read, b, nil, Estimate, at(3), Admitted)
+	if m := memStats(c); m.InflightBytes != 3100+909 { // 1024 - 924/8
+		t.Fatalf("memory %+v, want the new estimate 909 charged", m)
+	}
+	c.Release(r2, at(4))
+}

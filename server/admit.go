@@ -237,9 +237,9 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 		var ex [4]byte
 		c.out = c.enc.Metered(c.out, &r, it.CAS, mc.AppendUint32(ex[:0], it.Flags), key, it.Value)
 	}
-	s.ingress.Settle(t, int64(len(it.Value)), now) // teaches the bucket's read estimate
 	r.EndDeadline(now)
-	s.ingress.Release(t, now)
+	s.ingress.SettleRelease(t, int64(len(it.Value)), now) // teaches the bucket's read estimate
+
 	c.lat.Add(stateOf(b).latency(), latency.Read, now.Add(-r.Throttled), r.Throttled, 0)
 	return true
 }
