@@ -1,7 +1,6 @@
 package server
 
 import (
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -46,9 +45,9 @@ type netConn interface {
 	Close() error
 }
 
-// conn is one client connection. Fields above mu belong to the event loop;
-// the worker running the connection's batch only reads enc's features and
-// the batch it was given.
+// conn is one client connection. Its fields belong to the event loop but
+// box, where the batch in flight comes back (work.Mailbox); the worker
+// running that batch only reads enc's features and the batch it was given.
 type conn struct {
 	srv    *Server
 	gc     netConn
@@ -70,14 +69,15 @@ type conn struct {
 	dl    *ingress.BucketDeadline
 	grant ingress.Grant
 
-	out      []byte             // replies of this pass, written once at the end
-	peek     []byte             // value buffer of GETs answered on the loop
-	inflight *work.Batch        // batch executing off the loop, nil when none
-	collect  *work.Batch        // batch being assembled in this pass
-	quitting bool               // QUIT seen: close after flushing
-	proto    uint8              // protoUnknown until the first byte, then protoBinary or protoText
-	txt      *translate.Session // text/meta translation (conn_text.go), nil for binary
-	usersGen uint64             // the users generation this connection last checked (reload.go: revoke)
+	out       []byte             // replies of this pass, written once at the end
+	peek      []byte             // value buffer of GETs answered on the loop
+	inflight  *work.Batch        // batch executing off the loop, nil when none
+	handedOff bool               // inflight went to a worker this pass (runInline)
+	collect   *work.Batch        // batch being assembled in this pass
+	quitting  bool               // QUIT seen: close after flushing
+	proto     uint8              // protoUnknown until the first byte, then protoBinary or protoText
+	txt       *translate.Session // text/meta translation (conn_text.go), nil for binary
+	usersGen  uint64             // the users generation this connection last checked (reload.go: revoke)
 
 	// Network memory: the connection's share of the node's budget (package
 	// netmem: what it held at the end of its last pass, its pauses), and
@@ -90,9 +90,7 @@ type conn struct {
 	parked       atomic.Bool  // registered in its bucket's parked set (see park)
 	finSent      atomic.Bool  // shutting down: the last reply went, followed by FIN
 
-	mu   sync.Mutex
-	done *work.Batch // guarded by mu: finished batch waiting to be collected
-	gone bool        // guarded by mu: connection closed; workers drop results
+	box work.Mailbox // where inflight comes back
 }
 
 func newConn(s *Server, gc netConn, remote string) *conn {
@@ -119,6 +117,9 @@ func (c *conn) onTraffic() gnet.Action {
 		c.in.Arrived(in, c.now)
 	}
 	action := c.serve()
+	if action == gnet.None && c.runInline() {
+		action = c.serve()
+	}
 	c.in.Passed(c.gc.InboundBuffered())
 	if len(c.out) > 0 {
 		_, _ = c.gc.Write(c.out)
@@ -404,24 +405,31 @@ func (c *conn) dispatch() {
 
 // startJob hands b to a worker; b is the connection's one batch in flight.
 func (c *conn) startJob(b *work.Batch) {
-	c.inflight = b
+	c.inflight, c.handedOff = b, true
 	c.srv.work.Submit(b)
 }
 
-// Finish implements work.Owner: b is done. It hands b to the loop and
-// wakes it. After close, the batch is released here instead.
+// Finish implements work.Owner: b is done. It hands b to the loop and wakes
+// it, unless the loop is yielding for b (runInline). After close, the batch
+// is released here instead.
 func (c *conn) Finish(b *work.Batch) {
-	c.mu.Lock()
-	gone := c.gone
-	if !gone {
-		c.done = b
+	if c.box.Put(b) {
+		_ = c.gc.Wake(nil)
 	}
-	c.mu.Unlock()
-	if gone {
-		b.Release()
-		return
+}
+
+// runInline yields the loop to the worker a short batch went to this pass
+// (work.Mailbox.Yield) and collects the batch if it finished meanwhile. It
+// reports whether it did.
+func (c *conn) runInline() bool {
+	b, handed := c.inflight, c.handedOff
+	c.handedOff = false
+	if b == nil || !handed || !b.Short() {
+		return false
 	}
-	_ = c.gc.Wake(nil)
+	b = c.box.Yield()
+	c.collectBatch(b)
+	return b != nil
 }
 
 // collectDone appends the finished batch's replies and applies its effects.
@@ -429,10 +437,12 @@ func (c *conn) collectDone() {
 	if c.inflight == nil {
 		return // only a batch handed out can come back: no lock on a plain pass
 	}
-	c.mu.Lock()
-	b := c.done
-	c.done = nil
-	c.mu.Unlock()
+	c.collectBatch(c.box.Take())
+}
+
+// collectBatch appends b's replies and applies its effects; b == nil is a batch
+// not finished yet.
+func (c *conn) collectBatch(b *work.Batch) {
 	if b == nil {
 		return
 	}
@@ -457,14 +467,7 @@ func (c *conn) close() {
 		c.srv.work.Abandon(b, c.srv.opts.Now())
 	}
 	c.deselect()
-	c.mu.Lock()
-	c.gone = true
-	b := c.done
-	c.done = nil
-	c.mu.Unlock()
-	if b != nil {
-		b.Release()
-	}
+	c.box.Close()
 }
 
 // protocolError answers an undecodable frame with 0x04 when its header can

@@ -99,10 +99,7 @@ func (c *conn) saslAuth(req *mc.Request) {
 func (c *conn) startLogin(b *work.Batch, name string, password []byte, anyBucket bool, answer func(err error)) {
 	c.inflight = b
 	c.srv.logins.Submit(c.remote, func() bool {
-		c.mu.Lock()
-		gone := c.gone
-		c.mu.Unlock()
-		if gone {
+		if c.box.Gone() {
 			return true // nothing was tried: no failure to count
 		}
 		gen := c.srv.usersGen.Load() // the users this login is checked against

@@ -130,8 +130,7 @@ func TestLoopDeadlineLedgerBalances(t *testing.T) {
 	s.ingress.Release(held, clk.now())
 	f3.send(set(3, "c", "v"))
 	c3.onTraffic()
-	f3.waitWake(t)
-	c3.onTraffic()
+	awaitBatch(t, c3, f3)
 	if rs := f3.replies(t); len(rs) != 1 || rs[0].Status != mc.StatusOK {
 		t.Fatalf("third SET: %+v", rs)
 	}
