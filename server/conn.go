@@ -418,13 +418,13 @@ func (c *conn) Finish(b *work.Batch) {
 	}
 }
 
-// runInline yields the loop to the worker a short batch went to this pass
+// runInline yields the loop to the worker a batch went to this pass
 // (work.Mailbox.Yield) and collects the batch if it finished meanwhile. It
 // reports whether it did.
 func (c *conn) runInline() bool {
 	b, handed := c.inflight, c.handedOff
 	c.handedOff = false
-	if b == nil || !handed || !b.Short() {
+	if b == nil || !handed || !c.srv.work.Yieldable(b) {
 		return false
 	}
 	b = c.box.Yield()

@@ -40,12 +40,12 @@ func (m *Mailbox) Take() *Batch {
 	return b
 }
 
-// Yield gives the loop's processor, once, to the worker a short batch was
-// just handed to (runtime.Gosched: Submit made it the next goroutine to run
-// there), so that the batch runs at once instead of when the loop next runs
-// out of input, and returns it if it finished meanwhile: the owner then
-// answers it in the same pass, with no wake. A batch that finishes later is
-// Put with a wake as usual.
+// Yield gives the loop's processor, once, to the worker a batch that
+// Pool.Yieldable approves was just handed to (runtime.Gosched: Submit made
+// that worker the next goroutine to run there), so that the batch runs at
+// once instead of when the loop next runs out of input. It returns the batch
+// if it finished meanwhile: the owner then answers it in the same pass, with
+// no wake. A batch that finishes later is Put with a wake as usual.
 func (m *Mailbox) Yield() *Batch {
 	m.mu.Lock()
 	m.inline = true
@@ -79,14 +79,19 @@ func (m *Mailbox) Close() {
 	}
 }
 
-// Short reports whether b is worth yielding the loop for (Mailbox.Yield): a
-// few data commands, none a read (a read that reaches a worker missed the
-// item cache and reads Pebble), with small values.
-func (b *Batch) Short() bool {
-	return b.Job == nil && b.Reads == 0 && len(b.Reqs) <= maxShortCommands && b.Bytes <= maxShortBytes
+// Yieldable reports whether b is worth yielding the loop for
+// (Mailbox.Yield): it can be done by the time the loop resumes. It is a few
+// data commands, none a read (a read that reaches a worker missed the item
+// cache and reads Pebble), with small values, and it is acknowledged at
+// commit: with WALSync its mutations wait for the group's fsync, and the
+// loop would wait behind the worker, the syncer and Pebble's WAL flusher for
+// nothing.
+func (p *Pool) Yieldable(b *Batch) bool {
+	return !p.opts.WALSync && b.Job == nil && b.Reads == 0 && len(b.Reqs) <= maxShortCommands &&
+		b.Bytes <= maxShortBytes
 }
 
-// A short batch's limits (Batch.Short).
+// A yieldable batch's limits (Pool.Yieldable).
 const (
 	maxShortCommands = 8
 	maxShortBytes    = 64 << 10

@@ -1,6 +1,10 @@
 package work
 
-import "testing"
+import (
+	"testing"
+
+	"kvd/protocol/binary"
+)
 
 // TestMailbox: a finished batch waits for its owner, who is woken unless it is
 // yielding for it; after Close a batch is released, never kept.
@@ -57,3 +61,41 @@ func TestMailbox(t *testing.T) {
 type countOwner struct{ n int }
 
 func (o *countOwner) Finish(*Batch) { o.n++ }
+
+// TestYieldable: only a batch that can be done before the loop resumes is
+// worth a yield: a few small data commands, no read, no job, and no WAL sync
+// to wait for.
+func TestYieldable(t *testing.T) {
+	set := &binary.Request{Opcode: binary.OpSet, Key: []byte("k"), Value: []byte("v"), Extras: make([]byte, 8)}
+	get := &binary.Request{Opcode: binary.OpGet, Key: []byte("k")}
+	batch := func(p *Pool, reqs ...*binary.Request) *Batch {
+		b := p.NewBatch(nil, nil, nil)
+		for _, r := range reqs {
+			b.Add(r)
+		}
+		return b
+	}
+	off, on := &Pool{}, &Pool{opts: Options{WALSync: true}}
+	nine := []*binary.Request{set, set, set, set, set, set, set, set, set}
+	large := &binary.Request{Opcode: binary.OpSet, Key: []byte("k"), Value: make([]byte, maxShortBytes+1), Extras: make([]byte, 8)}
+	job := off.NewBatch(nil, nil, nil)
+	job.Job = func(*Batch) {}
+	for _, c := range []struct {
+		name string
+		p    *Pool
+		b    *Batch
+		want bool
+	}{
+		{"one SET", off, batch(off, set), true},
+		{"eight SETs", off, batch(off, nine[:8]...), true},
+		{"nine SETs", off, batch(off, nine...), false},
+		{"a SET and a GET", off, batch(off, set, get), false},
+		{"a large SET", off, batch(off, large), false},
+		{"a job", off, job, false},
+		{"one SET with WALSync", on, batch(on, set), false},
+	} {
+		if got := c.p.Yieldable(c.b); got != c.want {
+			t.Errorf("%s: Yieldable = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
