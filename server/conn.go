@@ -395,12 +395,10 @@ func (s *Server) maxBatchReads() int {
 
 // dispatch sends the collected batch to a worker.
 func (c *conn) dispatch() {
-	b := c.collect
-	if b == nil {
-		return
+	if b := c.collect; b != nil {
+		c.collect = nil
+		c.startJob(b)
 	}
-	c.collect = nil
-	c.startJob(b)
 }
 
 // startJob hands b to a worker; b is the connection's one batch in flight.
@@ -427,9 +425,8 @@ func (c *conn) runInline() bool {
 	if b == nil || !handed || !c.srv.work.Yieldable(b) {
 		return false
 	}
-	b = c.box.Yield()
-	c.collectBatch(b)
-	return b != nil
+	c.collectBatch(c.box.Yield())
+	return c.inflight == nil
 }
 
 // collectDone appends the finished batch's replies and applies its effects.

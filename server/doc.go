@@ -28,7 +28,8 @@
 //     (command.Encoder) and hands the batch back (conn.Finish wakes the
 //     loop). With wal_sync on, a batch with mutations is acknowledged only
 //     after an fsync shared with other connections' batches
-//     (engine.GroupSync).
+//     (engine.GroupSync). A short batch acknowledged at commit runs at once:
+//     the loop yields to its worker and answers it in the same pass (runInline).
 //  4. conn.go again: the loop appends the batch's replies to the pass's
 //     output and writes everything with one write.
 //
@@ -63,7 +64,7 @@
 // # Invariants
 //
 //   - The loop never does disk I/O, never waits on a channel, and takes only
-//     short locks never held across I/O.
+//     short locks never held across I/O. Its one yield is runtime.Gosched.
 //   - A connection has at most one batch out. While it is, the loop decodes
 //     nothing more from that connection, so replies leave in request order
 //     and no queue holds more batches than there are connections.

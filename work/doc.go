@@ -2,7 +2,8 @@
 // consecutive commands of one connection into a Batch and hands it to the
 // Pool; one of the pool's long-lived workers executes them in order
 // against the bucket (package command), meters them, and hands the batch
-// back to its Owner, the connection, whose loop writes the replies. A batch
+// back to its Owner, the connection, through the connection's Mailbox,
+// whose loop writes the replies. A batch
 // whose command waits for an ingress ticket is an ingress.Waiter: it goes
 // to a worker when a ticket is granted, or back with 0x86 when its wait
 // times out or its deadline passes.
