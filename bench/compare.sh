@@ -133,6 +133,20 @@ quiesce() {
 	echo "compare.sh: servers still busy after ${QUIET_MAX}s; measuring anyway" >&2
 }
 
+# latency NAME: a kvd server's latency sums and counts so far, read and
+# write class ("rsum rcount wsum wcount", from
+# kvd_node_command_latency_seconds: frame complete to reply written); zeros
+# for the other servers.
+latency() {
+	case "$1" in kvd-*) ;; *) echo 0 0 0 0; return ;; esac
+	curl -s "http://${METRICS[$1]}/metrics" | awk '
+		/^kvd_node_command_latency_seconds_sum\{class="read"\}/ {rs = $2}
+		/^kvd_node_command_latency_seconds_count\{class="read"\}/ {rc = $2}
+		/^kvd_node_command_latency_seconds_sum\{class="write"\}/ {ws = $2}
+		/^kvd_node_command_latency_seconds_count\{class="write"\}/ {wc = $2}
+		END {printf "%.6f %d %.6f %d\n", rs, rc, ws, wc}'
+}
+
 # cpu PID: user and system clock ticks of the process so far.
 cpu() { awk '{print $14, $15}' "/proc/$1/stat"; }
 
@@ -146,6 +160,8 @@ one_run() {
 	local pid=${PID[$name]} hz u0 s0 u1 s1 out
 	hz=$(getconf CLK_TCK)
 	quiesce
+	local rs0 rc0 ws0 wc0 rs1 rc1 ws1 wc1
+	read -r rs0 rc0 ws0 wc0 < <(latency "$name")
 	read -r u0 s0 < <(cpu "$pid")
 	if [ "$PROFILE" != 0 ] && [ "$name" = kvd-off ] && [ "$cfg" = "${PROFCFG:-c32}" ] && [ "$round" = 1 ]; then
 		curl -s -o "$(dirname "$CSV")/kvd-off.pprof" "http://${METRICS[$name]}/debug/pprof/profile?seconds=$PROFILE" &
@@ -153,6 +169,7 @@ one_run() {
 	out=$(memcaslap -s "${ADDR[$name]}" -B -T 2 -t "$TIME" "$@" 2>&1)
 	quiesce # the run's trailing background work counts in its CPU per op
 	read -r u1 s1 < <(cpu "$pid")
+	read -r rs1 rc1 ws1 wc1 < <(latency "$name")
 	local ops tps
 	ops=$(echo "$out" | awk '/^Run time/ {for (i = 1; i <= NF; i++) if ($i == "Ops:") print $(i+1)}')
 	tps=$(echo "$out" | awk '/^Run time/ {for (i = 1; i <= NF; i++) if ($i == "TPS:") print $(i+1)}')
@@ -165,7 +182,9 @@ one_run() {
 	miss=$(echo "$out" | awk '/^get_misses/ {print $2; exit}')
 	awk -v c="$cfg" -v r="$round" -v n="$name" -v t="$tps" -v o="$ops" -v m="${miss:-0}" \
 		-v du=$((u1 - u0)) -v ds=$((s1 - s0)) -v hz="$hz" \
-		'BEGIN {printf "%s,%s,%s,%s,%s,%s,%.2f,%.2f\n", c, r, n, t, o, m, du*1e6/hz/o, ds*1e6/hz/o}' >>"$CSV"
+		-v rs="$rs0 $rs1" -v rc="$rc0 $rc1" -v ws="$ws0 $ws1" -v wc="$wc0 $wc1" \
+		'function mean(s, c,  a, b) {split(s, a, " "); split(c, b, " "); return b[2] > b[1] ? sprintf("%.1f", (a[2]-a[1])*1e6/(b[2]-b[1])) : ""}
+		BEGIN {printf "%s,%s,%s,%s,%s,%s,%.2f,%.2f,%s,%s\n", c, r, n, t, o, m, du*1e6/hz/o, ds*1e6/hz/o, mean(rs, rc), mean(ws, wc)}' >>"$CSV"
 	echo "  $cfg round $round $name: $tps TPS" >&2
 }
 
@@ -173,7 +192,7 @@ memcaslap_mode() {
 	local port=21211
 	for s in $SERVERS; do start "$s" $port; port=$((port + 10)); done
 	printf '%s\n' key '64 64 1' value '4096 4096 1' cmd '0 0.1' '1 0.9' >"$TMP/4k.cfg"
-	echo "config,round,server,tps,ops,get_misses,usr_us_per_op,sys_us_per_op" >"$CSV"
+	echo "config,round,server,tps,ops,get_misses,usr_us_per_op,sys_us_per_op,get_lat_us,set_lat_us" >"$CSV"
 	local cfgs=""
 	for c in $CONC; do cfgs="$cfgs c$c"; done
 	[ "$BIG" = 1 ] && cfgs="$cfgs 4k"
@@ -195,22 +214,26 @@ memcaslap_mode() {
 # ratios (each round's TPS over the reference's in the same round: the
 # machine's drift between rounds cancels out), median server CPU µs/op.
 summary() {
-	printf '%-6s %-10s %10s %8s %8s %8s %8s %8s %8s\n' config server "TPS" "/mcd" "/ceil" "/mcd(p)" "/ceil(p)" "usr/op" "sys/op"
+	printf '%-6s %-10s %10s %8s %8s %8s %8s %8s %8s %8s %8s\n' config server "TPS" "/mcd" "/ceil" "/mcd(p)" "/ceil(p)" "usr/op" "sys/op" "get_us" "set_us"
 	local cfg s
 	for cfg in $(tail -n +2 "$CSV" | cut -d, -f1 | uniq); do
 		local mcd ceil
 		mcd=$(awk -F, -v c="$cfg" '$1 == c && $3 == "memcached" {print $4}' "$CSV" | median)
 		ceil=$(awk -F, -v c="$cfg" '$1 == c && $3 == "ceiling" {print $4}' "$CSV" | median)
 		for s in $SERVERS; do
-			local tps usr sys pm pc
+			local tps usr sys pm pc gl sl
 			tps=$(awk -F, -v c="$cfg" -v n="$s" '$1 == c && $3 == n {print $4}' "$CSV" | median)
 			usr=$(awk -F, -v c="$cfg" -v n="$s" '$1 == c && $3 == n {print $7}' "$CSV" | median)
 			sys=$(awk -F, -v c="$cfg" -v n="$s" '$1 == c && $3 == n {print $8}' "$CSV" | median)
+			gl=$(awk -F, -v c="$cfg" -v n="$s" '$1 == c && $3 == n && $9 != "" {print $9}' "$CSV" | median)
+			sl=$(awk -F, -v c="$cfg" -v n="$s" '$1 == c && $3 == n && $10 != "" {print $10}' "$CSV" | median)
 			pm=$(paired "$cfg" "$s" memcached)
 			pc=$(paired "$cfg" "$s" ceiling)
 			awk -v c="$cfg" -v n="$s" -v t="$tps" -v m="$mcd" -v e="$ceil" -v u="$usr" -v y="$sys" -v pm="$pm" -v pc="$pc" \
-				'BEGIN {printf "%-6s %-10s %10d %8s %8s %8s %8s %8.2f %8.2f\n", c, n, t,
-					(m > 0 ? sprintf("%.2f", t/m) : "-"), (e > 0 ? sprintf("%.2f", t/e) : "-"), pm, pc, u, y}'
+				-v gl="$gl" -v sl="$sl" \
+				'BEGIN {printf "%-6s %-10s %10d %8s %8s %8s %8s %8.2f %8.2f %8s %8s\n", c, n, t,
+					(m > 0 ? sprintf("%.2f", t/m) : "-"), (e > 0 ? sprintf("%.2f", t/e) : "-"), pm, pc, u, y,
+					(gl > 0 ? sprintf("%.1f", gl) : "-"), (sl > 0 ? sprintf("%.1f", sl) : "-")}'
 		done
 	done
 }
