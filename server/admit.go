@@ -239,7 +239,6 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 	}
 	r.EndDeadline(now)
 	s.ingress.SettleRelease(t, int64(len(it.Value)), now) // teaches the bucket's read estimate
-
 	c.lat.Add(stateOf(b).latency(), latency.Read, now.Add(-r.Throttled), r.Throttled, 0)
 	return true
 }

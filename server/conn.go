@@ -112,7 +112,7 @@ func (c *conn) onTraffic() gnet.Action {
 	if c.mem.Paused() && c.account() == gnet.Close {
 		return gnet.Close
 	}
-	c.stopped, c.now = false, c.srv.opts.Now()
+	c.stopped, c.handedOff, c.now = false, false, c.srv.opts.Now()
 	if in := c.gc.InboundBuffered(); c.in.Grew(in) { // a wake after a batch brings no input
 		c.in.Arrived(in, c.now)
 	}

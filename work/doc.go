@@ -2,11 +2,11 @@
 // consecutive commands of one connection into a Batch and hands it to the
 // Pool; one of the pool's long-lived workers executes them in order
 // against the bucket (package command), meters them, and hands the batch
-// back to its Owner, the connection, through the connection's Mailbox,
-// whose loop writes the replies. A batch
-// whose command waits for an ingress ticket is an ingress.Waiter: it goes
-// to a worker when a ticket is granted, or back with 0x86 when its wait
-// times out or its deadline passes.
+// back to its Owner, the connection, through the connection's Mailbox;
+// the connection's loop writes the replies. A batch whose command waits
+// for an ingress ticket is an ingress.Waiter: it goes to a worker when a
+// ticket is granted, or back with 0x86 when its wait times out or its
+// deadline passes.
 //
 // With wal_sync on, a batch with mutations is not acknowledged by its
 // worker: it joins the engine's group commit (engine.GroupSync), and its

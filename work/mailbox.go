@@ -7,7 +7,7 @@ import (
 
 // Mailbox is where an owner's one batch in flight comes back: the goroutine
 // that finished it puts it there, and the owner's event loop takes it. It is
-// the only state a loop and a worker share about a batch.
+// the one place where a loop and a worker meet over a batch.
 type Mailbox struct {
 	mu     sync.Mutex
 	done   *Batch // the finished batch, not yet taken
