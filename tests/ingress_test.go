@@ -289,16 +289,23 @@ func sampleWindow(t *testing.T, admin, witness *rawConn, i int) (windowSample, b
 }
 
 // probeUntil adds slow writers level by level (n writers in all) and, for
-// up to 3 s per level, sends probe commands on c until one is answered want,
-// which it returns with how long it took. Other answers than OK fail the
-// test, and so does never getting want: the writers could not load the
-// write pool enough, and the test must not pass without having tested.
+// up to 3 s per level (10 s at the last), sends probe commands on c until one
+// is answered want, which it returns with how long it took. Other answers
+// than OK fail the test, and so does never getting want: the writers could
+// not load the write pool enough, and the test must not pass without having
+// tested. (A queue whose timeouts shed the load holds about the timeout's
+// worth of waiting, so a probe there times out in some tries, not all: the
+// last level gives it more of them.)
 func probeUntil(t *testing.T, c *rawConn, w *slowWriters, levels []int, want mc.Status, probe func(i int) *mc.Request) (*mc.Response, time.Duration) {
 	t.Helper()
 	tries := 0
-	for _, n := range levels {
+	for i, n := range levels {
 		w.grow(n)
-		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); tries++ {
+		wait := 3 * time.Second
+		if i == len(levels)-1 {
+			wait = 10 * time.Second
+		}
+		for deadline := time.Now().Add(wait); time.Now().Before(deadline); tries++ {
 			r := probe(tries)
 			t0 := time.Now()
 			res := c.call(r)
