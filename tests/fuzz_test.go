@@ -26,7 +26,9 @@ package tests
 //
 // Each worker's command stream is a function of the seed and its number;
 // timing between workers is not, so a replay reproduces a worker's frames,
-// not necessarily the interleaving.
+// not necessarily the interleaving. The seed also chooses wal_sync (an odd
+// seed runs with it off, where the loop yields to a worker for a short batch
+// and answers it in the same pass); KVD_FUZZ_WAL_SYNC=true or false overrides.
 
 import (
 	"bufio"
@@ -123,8 +125,15 @@ func TestFuzzConnections(t *testing.T) {
 		t.Fatalf("KVD_FUZZ_DURATION %v does not fit in go test's -timeout (%v left): pass -timeout %v or more",
 			dur, time.Until(end).Round(time.Second), (dur + 5*time.Minute).Round(time.Minute))
 	}
-	t.Logf("fuzz seed %d, %v, %d workers; replay with KVD_FUZZ_SEED=%d", f.seed, dur, workers, f.seed)
-	cfg := fuzzConfig
+	walSync := f.seed%2 == 0
+	if v := os.Getenv("KVD_FUZZ_WAL_SYNC"); v != "" {
+		var err error
+		if walSync, err = strconv.ParseBool(v); err != nil {
+			t.Fatalf("KVD_FUZZ_WAL_SYNC=%q: %v", v, err)
+		}
+	}
+	t.Logf("fuzz seed %d, %v, %d workers, wal_sync %v; replay with KVD_FUZZ_SEED=%d", f.seed, dur, workers, walSync, f.seed)
+	cfg := configWith(t, fuzzConfig, map[string]any{"wal_sync": walSync})
 	if v := os.Getenv("KVD_FUZZ_ITEM_CACHE"); v != "" { // item_cache_bytes, e.g. -1 to run without the cache
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
