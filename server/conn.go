@@ -418,11 +418,9 @@ func (c *conn) Finish(b *work.Batch) {
 
 // runInline yields the loop to the worker a batch went to this pass
 // (work.Mailbox.Yield) and collects the batch if it finished meanwhile. It
-// reports whether it did.
+// reports whether it did. onTraffic calls it once a pass.
 func (c *conn) runInline() bool {
-	b, handed := c.inflight, c.handedOff
-	c.handedOff = false
-	if b == nil || !handed || !c.srv.work.Yieldable(b) {
+	if b := c.inflight; b == nil || !c.handedOff || !c.srv.work.Yieldable(b) {
 		return false
 	}
 	c.collectBatch(c.box.Yield())

@@ -34,9 +34,14 @@ func (m *Mailbox) Put(b *Batch) (wake bool) {
 // Take returns the finished batch, or nil while it is still out.
 func (m *Mailbox) Take() *Batch {
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.takeLocked()
+}
+
+// takeLocked empties the mailbox and returns what it held.
+func (m *Mailbox) takeLocked() *Batch {
 	b := m.done
 	m.done = nil
-	m.mu.Unlock()
 	return b
 }
 
@@ -52,11 +57,9 @@ func (m *Mailbox) Yield() *Batch {
 	m.mu.Unlock()
 	runtime.Gosched()
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.inline = false
-	b := m.done
-	m.done = nil
-	m.mu.Unlock()
-	return b
+	return m.takeLocked()
 }
 
 // Gone reports whether the owner has closed.
@@ -71,8 +74,7 @@ func (m *Mailbox) Gone() bool {
 func (m *Mailbox) Close() {
 	m.mu.Lock()
 	m.gone = true
-	b := m.done
-	m.done = nil
+	b := m.takeLocked()
 	m.mu.Unlock()
 	if b != nil {
 		b.Release()
