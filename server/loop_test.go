@@ -1,8 +1,10 @@
 package server
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -271,5 +273,36 @@ func BenchmarkResidentGet(b *testing.B) {
 	}
 	if rs := f.replies(b); len(rs) != 1 || rs[0].Status != mc.StatusOK || len(rs[0].Value) != 1024 {
 		b.Fatalf("GET: %+v", rs)
+	}
+}
+
+// TestLoopAnswersShortBatchInPass: with wal_sync off, a pass that hands a
+// SET to a worker yields its processor to it (runInline) and, the worker
+// being done by the time the loop resumes, answers the SET in that same
+// pass. With one processor the yield runs the worker at once (Submit made
+// it the next goroutine to run); with more, the worker may run elsewhere
+// and finish later, and only the wake's pass answers it. Every SET is
+// answered, in order, either way.
+func TestLoopAnswersShortBatchInPass(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	s := newLoopServer(t, newClock(), nil)
+	c, f := s.openFake(t)
+	inPass := 0
+	for i := range 50 {
+		f.send(set(uint32(i), fmt.Sprintf("k%d", i), "v"))
+		c.onTraffic()
+		if c.inflight == nil {
+			inPass++
+		}
+		awaitBatch(t, c, f)
+	}
+	rs := f.replies(t)
+	for i, r := range rs {
+		if r.Opaque != uint32(i) || r.Status != mc.StatusOK {
+			t.Fatalf("reply %d: opaque %d status 0x%02x, want %d OK", i, r.Opaque, uint16(r.Status), i)
+		}
+	}
+	if len(rs) != 50 || inPass < 45 {
+		t.Fatalf("%d replies, %d answered in their own pass: want 50, at least 45", len(rs), inPass)
 	}
 }
