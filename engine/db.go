@@ -92,6 +92,7 @@ func Open(opts Options) (*DB, error) {
 		return nil, err
 	}
 	po := opts.pebbleOptions()
+	po.FS = pageFS{fs}
 	po.ReadOnly = space.readOnlyOpen()
 	pdb, err := pebble.Open(opts.Dir, po)
 	if err != nil {

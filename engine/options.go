@@ -145,7 +145,6 @@ func (o *Options) pebbleOptions() *pebble.Options {
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{o.Logger},
 		EventListener:      o.eventListener(),
-		FS:                 o.fs,
 	}
 	// Bloom filters on every level make misses (ADD of a new key, GET of an
 	// absent one) cheap: about one cached filter probe per level.
