@@ -13,6 +13,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"kvd/ingress"
+	"kvd/internal/clock"
 	mc "kvd/protocol/binary"
 	"kvd/tenant"
 )
@@ -257,7 +258,7 @@ func TestLoopDisconnectWhileQueued(t *testing.T) {
 // fake connection) and with the real clock.
 func BenchmarkResidentGet(b *testing.B) {
 	const key = "key:0000000000000000000000000000000000000000000000000000000000" // 64 bytes, as memcaslap's
-	s := newLoopServer(b, newClock(), func(o *Options) { o.Now = time.Now })
+	s := newLoopServer(b, newClock(), func(o *Options) { o.Now = clock.Now })
 	c, f := s.openFake(b)
 	f.send(set(1, key, strings.Repeat("v", 1024)))
 	c.onTraffic()

@@ -10,6 +10,7 @@ import (
 	"kvd/catalog"
 	"kvd/engine"
 	"kvd/ingress"
+	"kvd/internal/clock"
 	"kvd/netmem"
 	"kvd/tenant"
 )
@@ -110,7 +111,7 @@ type Options struct {
 	Ingress IngressOptions
 	// Logger receives admin changes and errors. Default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock. Default time.Now.
+	// Now is the clock. Default clock.Now (time.Now from one clock read).
 	Now func() time.Time
 	// Cluster, when set, joins a cluster through etcd: buckets, their
 	// settings, node defaults and users live there, and a bucket's limits
@@ -152,7 +153,7 @@ func (o *Options) EnsureDefaults() {
 		o.Logger = slog.Default()
 	}
 	if o.Now == nil {
-		o.Now = time.Now
+		o.Now = clock.Now
 	}
 }
 
