@@ -250,8 +250,12 @@ func (t *Throttle) Charge(b *BucketThrottle, ru, wu int64) {
 	if units <= 0 {
 		return
 	}
-	b.ru.Add(ru)
-	b.wu.Add(wu)
+	if ru != 0 { // a locked add of 0 still takes the line from the other cores
+		b.ru.Add(ru)
+	}
+	if wu != 0 {
+		b.wu.Add(wu)
+	}
 	b.used.Add(units)
 	t.node.Add(units)
 	eff := b.effective.Load()
