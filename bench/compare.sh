@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # compare.sh: kvd against Debian memcached and the bare gnet ceiling
-# (bench/ceiling), under memcaslap, servers alternated within each round.
+# (bench/ceiling), under memcaslap, servers alternated within each round
+# (each round starts one server later: see rotated).
 # See docs/performance.md for what it prints.
 #
 #   bench/compare.sh                       full run: -c 8, 32, 128 and 4 KiB values, 3 rounds of 8 s
@@ -188,6 +189,15 @@ one_run() {
 	echo "  $cfg round $round $name: $tps TPS" >&2
 }
 
+# rotated ROUND: the servers in the order round ROUND runs them, the list
+# rotated by ROUND-1 places, so that no server always runs right after
+# the same one (on this box the order moved a server's ratio by up to 0.1).
+rotated() {
+	local -a list=($SERVERS)
+	local n=${#list[@]} i
+	for ((i = 0; i < n; i++)); do echo "${list[$(((i + $1 - 1) % n))]}"; done
+}
+
 memcaslap_mode() {
 	local port=21211
 	for s in $SERVERS; do start "$s" $port; port=$((port + 10)); done
@@ -198,7 +208,7 @@ memcaslap_mode() {
 	[ "$BIG" = 1 ] && cfgs="$cfgs 4k"
 	for cfg in $cfgs; do
 		for r in $(seq "$ROUNDS"); do
-			for s in $SERVERS; do
+			for s in $(rotated "$r"); do
 				case "$cfg" in
 				4k) one_run "$cfg" "$r" "$s" -c 32 -F "$TMP/4k.cfg" ;;
 				*) one_run "$cfg" "$r" "$s" -c "${cfg#c}" ;;
