@@ -51,6 +51,10 @@ type Options struct {
 	// fsynced: faster, but a crash or power loss can lose the last
 	// acknowledged writes. Default false (every ack is durable).
 	DisableWALSync bool
+	// DisableCompactionPacing lets Pebble's compactions run at full speed
+	// while the CPUs are contended. Default false: they are paced (see
+	// engine.Options.PaceCompactions).
+	DisableCompactionPacing bool
 	// CacheSize is Pebble's block cache in bytes. Default DefaultCacheSize.
 	CacheSize int64
 	// ItemCacheSize is the byte budget of the engine's resident item cache
@@ -224,6 +228,7 @@ const (
 	DefaultMaxConnOutput           = 4 << 20
 	DefaultMaxThrottleWait         = 30 * time.Second
 	DefaultWALSync                 = true // every acknowledged mutation is fsynced (DisableWALSync false)
+	DefaultCompactionPacing        = true // compactions yield to commands under CPU contention (DisableCompactionPacing false)
 	DefaultMetricsBucketLimit      = 1000
 	DefaultTextProtocol            = true // text and meta beside binary (DisableText false)
 
