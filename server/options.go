@@ -51,9 +51,8 @@ type Options struct {
 	// fsynced: faster, but a crash or power loss can lose the last
 	// acknowledged writes. Default false (every ack is durable).
 	DisableWALSync bool
-	// DisableCompactionPacing lets Pebble's compactions run at full speed
-	// while the CPUs are contended. Default false: they are paced (see
-	// engine.Options.PaceCompactions).
+	// DisableCompactionPacing: compactions never yield to commands under
+	// CPU contention (engine.Options.PaceCompactions). Default false.
 	DisableCompactionPacing bool
 	// CacheSize is Pebble's block cache in bytes. Default DefaultCacheSize.
 	CacheSize int64
@@ -196,8 +195,7 @@ func limitsOf(o *Options) *Limits {
 		MaxConnections: o.MaxConnections, MaxConnectionsPerBucket: o.MaxConnectionsPerBucket,
 		IdleTimeout: o.IdleTimeout, ReadUnitSize: o.ReadUnitSize, WriteUnitSize: o.WriteUnitSize,
 		MaxThrottleWait: o.MaxThrottleWait, AnonymousBucket: o.AnonymousBucket,
-		MetricsBucketLimit: o.MetricsBucketLimit,
-		MaxBufferBytes:     o.MaxBufferBytes,
+		MetricsBucketLimit: o.MetricsBucketLimit, MaxBufferBytes: o.MaxBufferBytes,
 	}
 }
 

@@ -78,8 +78,7 @@ func New(opts Options) (*Server, error) {
 		PaceCompactions: !opts.DisableCompactionPacing,
 		CacheSize:       opts.CacheSize,
 		ItemCacheSize:   opts.ItemCacheSize,
-		MaxValueSize:    opts.MaxItemSize,
-		Logger:          opts.Logger,
+		MaxValueSize:    opts.MaxItemSize, Logger: opts.Logger,
 	})
 	if err != nil {
 		return nil, err
