@@ -8,15 +8,19 @@
 # quiesce: what one burst leaves behind, flushes and compactions, runs into
 # the next), print each burst's TPS, the mean, and kvd's compaction figures.
 #
-#   bench/bursts.sh                                   A: defaults, B: "compaction_pacing": false
-#   bench/bursts.sh --value 4096 --rounds 2
-#   bench/bursts.sh --a '"item_cache_bytes": 67108864' --b ''
+#   bench/bursts.sh                                   A and B the same: the noise floor
+#   bench/bursts.sh --b '"item_cache_bytes": 67108864' --value 4096 --rounds 2
+#   bench/bursts.sh --bin-b /tmp/kvd-other            B runs another kvd build
+#
+# On the 2-core development machine two sequences of the same build differ
+# by up to 10-15% in mean TPS: one ABBA proves little (docs/performance.md).
 #
 # Options: --bursts N (10), --time 6s, --gap 2 (seconds), --value BYTES (1024),
-# --rounds N (1: one ABBA), --a 'JSON fields', --b 'JSON fields', --prebuilt DIR.
+# --rounds N (1: one ABBA), --a 'JSON fields', --b 'JSON fields' (config fields
+# added to A's or B's), --bin-b PATH, --prebuilt DIR (kvd already built there).
 set -euo pipefail
 
-BURSTS=10 TIME=6s GAP=2 VALUE=1024 ROUNDS=1 A="" B='"compaction_pacing": false' PREBUILT=""
+BURSTS=10 TIME=6s GAP=2 VALUE=1024 ROUNDS=1 A="" B="" PREBUILT="" BINB=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--bursts) BURSTS=$2; shift ;;
@@ -26,6 +30,7 @@ while [ $# -gt 0 ]; do
 	--rounds) ROUNDS=$2; shift ;;
 	--a) A=$2; shift ;;
 	--b) B=$2; shift ;;
+	--bin-b) BINB=$(realpath "$2"); shift ;;
 	--prebuilt) PREBUILT=$(realpath "$2"); shift ;;
 	*) echo "bursts.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
@@ -49,15 +54,15 @@ else
 fi
 printf '%s\n' key '64 64 1' value "$VALUE $VALUE 1" cmd '0 0.1' '1 0.9' >"$TMP/mc.cfg"
 
-# sequence NAME EXTRA: one sequence on a fresh store.
+# sequence NAME EXTRA BIN: one sequence on a fresh store.
 sequence() {
-	local name=$1 extra=$2 dir=$TMP/data tps="" sum=0 t
+	local name=$1 extra=$2 bin=$3 dir=$TMP/data tps="" sum=0 t
 	rm -rf "$dir" && mkdir -p "$dir"
 	cat >"$TMP/kvd.json" <<EOF
 { ${extra:+$extra,} "node_capacity": 1000000000, "wal_sync": false, "anonymous_bucket": "default",
   "max_connections_per_bucket": 10000, "buckets": [{"name": "default", "reserved": 0}] }
 EOF
-	"$TMP/kvd" -listen 127.0.0.1:21501 -data-dir "$dir" -config "$TMP/kvd.json" \
+	"$bin" -listen 127.0.0.1:21501 -data-dir "$dir" -config "$TMP/kvd.json" \
 		-metrics-listen 127.0.0.1:22501 -log-level warn &
 	PID=$!
 	for _ in $(seq 100); do
@@ -80,8 +85,8 @@ EOF
 }
 
 for r in $(seq "$ROUNDS"); do
-	sequence A "$A"
-	sequence B "$B"
-	sequence B "$B"
-	sequence A "$A"
+	sequence A "$A" "$TMP/kvd"
+	sequence B "$B" "${BINB:-$TMP/kvd}"
+	sequence B "$B" "${BINB:-$TMP/kvd}"
+	sequence A "$A" "$TMP/kvd"
 done

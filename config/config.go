@@ -120,7 +120,6 @@ type File struct {
 	MaxInflightBytes             *int64 `json:"max_inflight_bytes,omitempty"`         // nil: a quarter of physical memory (the daemon reads it); 0 = no limit
 	MaxBufferBytes               *int64 `json:"max_buffer_bytes,omitempty"`           // nil: server.DefaultMaxBufferBytes() (an eighth of memory)
 	WALSync                      *bool  `json:"wal_sync,omitempty"`                   // nil: server.DefaultWALSync
-	CompactionPacing             *bool  `json:"compaction_pacing,omitempty"`          // nil: server.DefaultCompactionPacing
 	TextProtocol                 *bool  `json:"text_protocol,omitempty"`              // nil: server.DefaultTextProtocol
 	MetricsBucketLimit           *int   `json:"metrics_bucket_limit,omitempty"`       // nil: server.DefaultMetricsBucketLimit
 	ItemCacheBytes               int64  `json:"item_cache_bytes"`                     // 0 = server.DefaultItemCacheSize(), < 0 = none

@@ -20,7 +20,6 @@ import (
 type DB struct {
 	opts   Options
 	pdb    *pebble.DB
-	pace   *pacer // nil unless Options.PaceCompactions
 	log    *slog.Logger
 	writeO *pebble.WriteOptions // NoSync: item mutations
 
@@ -95,28 +94,13 @@ func Open(opts Options) (*DB, error) {
 	po := opts.pebbleOptions()
 	po.FS = pageFS{fs}
 	po.ReadOnly = space.readOnlyOpen()
-	var pace *pacer
-	if opts.PaceCompactions {
-		pace = newPacer()
-		if space != nil {
-			pace.diskLow = space.low
-		}
-		if opts.pace != nil {
-			opts.pace(pace)
-		}
-		po.Experimental.CompactionScheduler = pace
-	}
 	pdb, err := pebble.Open(opts.Dir, po)
 	if err != nil {
 		return nil, fmt.Errorf("engine: open %s: %w", opts.Dir, err)
 	}
-	if pace != nil {
-		pace.lsm.Store(pdb)
-	}
 	db := &DB{
 		opts:      opts,
 		pdb:       pdb,
-		pace:      pace,
 		log:       opts.Logger,
 		writeO:    pebble.NoSync,
 		space:     space,
@@ -305,15 +289,6 @@ func (db *DB) CacheStats() CacheStats {
 // Pebble returns the underlying Pebble database, for metrics only. It must
 // not be used after Close, and writing through it bypasses every invariant.
 func (db *DB) Pebble() *pebble.DB { return db.pdb }
-
-// CompactionPacedTime is how long compactions have slept for pacing since
-// Open (zero unless Options.PaceCompactions).
-func (db *DB) CompactionPacedTime() time.Duration {
-	if db.pace == nil {
-		return 0
-	}
-	return db.pace.PacedTime()
-}
 
 // nextCAS returns a new CAS, unique and increasing for this DB. It is never
 // 0 (which means "no CAS"): the counter starts near 2^60 (Unix nanoseconds).

@@ -61,11 +61,6 @@ type Options struct {
 	// kept in memory in front of Pebble. Default 64 MiB; negative disables
 	// the cache (Peek always misses, Get always reads Pebble).
 	ItemCacheSize int64
-	// PaceCompactions: while the machine's CPUs are contended, compactions
-	// run a quarter of the time, within bounds on what they defer (see
-	// pace.go). Needs Linux's pressure stall information; without it,
-	// compactions are never paced.
-	PaceCompactions bool
 	// MemTableSize is Pebble's memtable size in bytes. Default the larger of
 	// 32 MiB and 4×MaxValueSize: Pebble handles a batch over half a memtable
 	// as a "large batch" (correct, but it forces a memtable flush). Unless
@@ -93,9 +88,6 @@ type Options struct {
 
 	// fs replaces Pebble's filesystem; set by tests only.
 	fs vfs.FS
-	// pace, if set (by tests only), adjusts the compaction pacer before
-	// Open hands it to Pebble.
-	pace func(*pacer)
 }
 
 // EnsureDefaults sets every zero-valued field to its default.

@@ -91,10 +91,6 @@ func openSpaceGuard(fs vfs.FS, opts *Options) (*spaceGuard, error) {
 	return g, nil
 }
 
-// low reports whether less than twice the reserve is free, or the free
-// space is not known yet (compactions are then not paced).
-func (g *spaceGuard) low() bool { return g.avail.Load() < 2*g.reserve }
-
 // readOnlyOpen reports whether Open must open Pebble read-only.
 func (g *spaceGuard) readOnlyOpen() bool { return g != nil && g.readOnly }
 

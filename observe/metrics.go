@@ -37,7 +37,6 @@ var (
 	descConnsTot  = desc("kvd_connections_total", "Client connections accepted.")
 	descL0        = desc("kvd_pebble_l0_sublevels", "Pebble L0 sublevels (read amplification of L0).")
 	descDebt      = desc("kvd_pebble_compaction_debt_bytes", "Pebble's estimate of bytes to compact to reach a stable LSM.")
-	descPaced     = desc("kvd_pebble_compaction_paced_seconds_total", "Time compactions slept to leave the CPUs to commands while they were contended (compaction_pacing).")
 	descFsync     = desc("kvd_pebble_wal_fsync_latency_seconds", "Pebble WAL fsync latency.")
 	descCacheHit  = desc("kvd_pebble_block_cache_hits_total", "Pebble block cache hits.")
 	descCacheMiss = desc("kvd_pebble_block_cache_misses_total", "Pebble block cache misses.")
@@ -57,7 +56,7 @@ type collector struct{ v *View }
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRU, descWU, descCommands, descTextCmds, descThrottled, descWait, descRejected,
 		descClients, descItems, descReserved, descCapacity, descFreePool, descNodeLast, descConns, descConnsTot,
-		descL0, descDebt, descPaced, descFsync, descCacheHit, descCacheMiss, descItemBytes, descItemItems, descItemLook, descItemEvict,
+		descL0, descDebt, descFsync, descCacheHit, descCacheMiss, descItemBytes, descItemItems, descItemLook, descItemEvict,
 		descBufBytes, descPaused, descPauses, descMemClosed} {
 		ch <- d
 	}
@@ -123,7 +122,6 @@ func collectPebble(ch chan<- prometheus.Metric, db *engine.DB) {
 	m := db.Pebble().Metrics()
 	emitGauge(ch, descL0, float64(m.Levels[0].Sublevels))
 	emitGauge(ch, descDebt, float64(m.Compact.EstimatedDebt))
-	emitCounter(ch, descPaced, db.CompactionPacedTime().Seconds())
 	emitCounter(ch, descCacheHit, float64(m.BlockCache.Hits))
 	emitCounter(ch, descCacheMiss, float64(m.BlockCache.Misses))
 	ic := db.CacheStats()

@@ -51,9 +51,6 @@ type Options struct {
 	// fsynced: faster, but a crash or power loss can lose the last
 	// acknowledged writes. Default false (every ack is durable).
 	DisableWALSync bool
-	// DisableCompactionPacing: compactions never yield to commands under
-	// CPU contention (engine.Options.PaceCompactions). Default false.
-	DisableCompactionPacing bool
 	// CacheSize is Pebble's block cache in bytes. Default DefaultCacheSize.
 	CacheSize int64
 	// ItemCacheSize is the byte budget of the engine's resident item cache
@@ -195,7 +192,8 @@ func limitsOf(o *Options) *Limits {
 		MaxConnections: o.MaxConnections, MaxConnectionsPerBucket: o.MaxConnectionsPerBucket,
 		IdleTimeout: o.IdleTimeout, ReadUnitSize: o.ReadUnitSize, WriteUnitSize: o.WriteUnitSize,
 		MaxThrottleWait: o.MaxThrottleWait, AnonymousBucket: o.AnonymousBucket,
-		MetricsBucketLimit: o.MetricsBucketLimit, MaxBufferBytes: o.MaxBufferBytes,
+		MetricsBucketLimit: o.MetricsBucketLimit,
+		MaxBufferBytes:     o.MaxBufferBytes,
 	}
 }
 
@@ -226,7 +224,6 @@ const (
 	DefaultMaxConnOutput           = 4 << 20
 	DefaultMaxThrottleWait         = 30 * time.Second
 	DefaultWALSync                 = true // every acknowledged mutation is fsynced (DisableWALSync false)
-	DefaultCompactionPacing        = true // compactions yield to commands under CPU contention (DisableCompactionPacing false)
 	DefaultMetricsBucketLimit      = 1000
 	DefaultTextProtocol            = true // text and meta beside binary (DisableText false)
 

@@ -64,7 +64,6 @@ func (s *Server) restartNeeded(next *Options) []string {
 	check("listen", next.Listen != o.Listen)
 	check("data dir", next.DataDir != o.DataDir)
 	check("wal_sync", next.DisableWALSync != o.DisableWALSync)
-	check("compaction_pacing", next.DisableCompactionPacing != o.DisableCompactionPacing)
 	check("item_cache_bytes", next.ItemCacheSize != 0 && next.ItemCacheSize != o.ItemCacheSize)
 	check("max_frame_size", next.MaxFrameSize != o.MaxFrameSize)
 	check("max_item_size", next.MaxItemSize != o.MaxItemSize)

@@ -73,12 +73,12 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	db, err := engine.Open(engine.Options{
-		Dir:             opts.DataDir,
-		WALSync:         !opts.DisableWALSync,
-		PaceCompactions: !opts.DisableCompactionPacing,
-		CacheSize:       opts.CacheSize,
-		ItemCacheSize:   opts.ItemCacheSize,
-		MaxValueSize:    opts.MaxItemSize, Logger: opts.Logger,
+		Dir:           opts.DataDir,
+		WALSync:       !opts.DisableWALSync,
+		CacheSize:     opts.CacheSize,
+		ItemCacheSize: opts.ItemCacheSize,
+		MaxValueSize:  opts.MaxItemSize,
+		Logger:        opts.Logger,
 	})
 	if err != nil {
 		return nil, err

@@ -35,7 +35,6 @@ func defaultValues() map[string]any {
 		"idle_timeout_ms":                 server.DefaultIdleTimeout.Milliseconds(),
 		"item_cache_bytes":                0, // a quarter of the memory
 		"wal_sync":                        server.DefaultWALSync,
-		"compaction_pacing":               server.DefaultCompactionPacing,
 		"text_protocol":                   server.DefaultTextProtocol,
 		"metrics_bucket_limit":            server.DefaultMetricsBucketLimit,
 		"ingress.tickets":                 ingress.DefaultNodeTickets,
@@ -93,7 +92,7 @@ func sameJSON(t *testing.T, got string, want any) bool {
 var serverOwned = map[string]bool{
 	"max_connections_per_bucket": true, "max_connections": true, "max_throttle_wait_ms": true,
 	"max_item_size": true, "max_frame_size": true, "idle_timeout_ms": true, "wal_sync": true,
-	"text_protocol": true, "metrics_bucket_limit": true, "compaction_pacing": true,
+	"text_protocol": true, "metrics_bucket_limit": true,
 }
 
 // computedAtStart are the fields whose default the daemon computes when it

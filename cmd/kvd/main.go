@@ -163,7 +163,6 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 		Listen:                  listen,
 		DataDir:                 dataDir,
 		DisableWALSync:          !orDefault(cfg.WALSync, server.DefaultWALSync),
-		DisableCompactionPacing: !orDefault(cfg.CompactionPacing, server.DefaultCompactionPacing),
 		AnonymousBucket:         cfg.AnonymousBucket,
 		DisableText:             !orDefault(cfg.TextProtocol, server.DefaultTextProtocol),
 		MaxConnections:          orZero(cfg.MaxConnections),
