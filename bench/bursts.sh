@@ -12,8 +12,9 @@
 #   bench/bursts.sh --b '"item_cache_bytes": 67108864' --value 4096 --rounds 2
 #   bench/bursts.sh --bin-b /tmp/kvd-other            B runs another kvd build
 #
-# On the 2-core development machine two sequences of the same build differ
-# by up to 10-15% in mean TPS: one ABBA proves little (docs/performance.md).
+# On the 2-core development machine four sequences of one build and config
+# gave means of 107.5k to 132.8k TPS: one ABBA proves little
+# (docs/performance.md, fourth session).
 #
 # Options: --bursts N (10), --time 6s, --gap 2 (seconds), --value BYTES (1024),
 # --rounds N (1: one ABBA), --a 'JSON fields', --b 'JSON fields' (config fields
