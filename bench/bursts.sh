@@ -54,22 +54,18 @@ else
 	(cd "$ROOT" && go build -o "$TMP/kvd" ./cmd/kvd)
 fi
 printf '%s\n' key '64 64 1' value "$VALUE $VALUE 1" cmd '0 0.1' '1 0.9' >"$TMP/mc.cfg"
+# shellcheck source=bench/kvd.sh
+. "$ROOT/bench/kvd.sh" # kvd_config, wait_port
 
 # sequence NAME EXTRA BIN: one sequence on a fresh store.
 sequence() {
 	local name=$1 extra=$2 bin=$3 dir=$TMP/data tps="" sum=0 t
 	rm -rf "$dir" && mkdir -p "$dir"
-	cat >"$TMP/kvd.json" <<EOF
-{ ${extra:+$extra,} "node_capacity": 1000000000, "wal_sync": false, "anonymous_bucket": "default",
-  "max_connections_per_bucket": 10000, "buckets": [{"name": "default", "reserved": 0}] }
-EOF
+	kvd_config false "${extra:+$extra,}" >"$TMP/kvd.json"
 	"$bin" -listen 127.0.0.1:21501 -data-dir "$dir" -config "$TMP/kvd.json" \
 		-metrics-listen 127.0.0.1:22501 -log-level warn &
 	PID=$!
-	for _ in $(seq 100); do
-		(exec 3<>/dev/tcp/127.0.0.1/21501) 2>/dev/null && break
-		sleep 0.1
-	done
+	wait_port 21501 || { echo "bursts.sh: kvd did not start" >&2; exit 1; }
 	for _ in $(seq "$BURSTS"); do
 		t=$(memcaslap -s 127.0.0.1:21501 -B -T 2 -c 32 -t "$TIME" -F "$TMP/mc.cfg" |
 			sed -n 's/^Run time.*TPS: \([0-9]*\).*/\1/p')

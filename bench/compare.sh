@@ -67,14 +67,8 @@ else
 		go build -o "$TMP/kvbench" ./cmd/kvbench)
 fi
 
-# kvd_config SYNC EXTRA [BUCKET_EXTRA]: an anonymous bucket, throttling on
-# (reserved 0) but not binding (node capacity 10^9 units/s).
-kvd_config() {
-	cat <<EOF
-{ $2 "node_capacity": 1000000000, "wal_sync": $1, "anonymous_bucket": "default",
-  "max_connections_per_bucket": 10000, "buckets": [{"name": "default", "reserved": 0 ${3:-}}] }
-EOF
-}
+# shellcheck source=bench/kvd.sh
+. "$ROOT/bench/kvd.sh" # kvd_config, wait_port
 
 # start NAME PORT: starts one server, records its PID and address.
 start() {
@@ -99,10 +93,7 @@ start() {
 			-metrics-listen "127.0.0.1:$mport" -log-level warn &
 		PID[$name]=$! ;;
 	esac
-	for _ in $(seq 100); do
-		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
-		sleep 0.1
-	done
+	wait_port "$port" && return 0
 	echo "compare.sh: $name did not start" >&2
 	exit 1
 }

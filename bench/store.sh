@@ -33,10 +33,9 @@ if [ -z "$BIN" ]; then
 	(cd "$ROOT" && go build -o "$TMP/kvd" ./cmd/kvd)
 	BIN=$TMP/kvd
 fi
-cat >"$TMP/kvd.json" <<EOF
-{ "node_capacity": 1000000000, "wal_sync": false, "anonymous_bucket": "default",
-  "max_connections_per_bucket": 10000, "buckets": [{"name": "default", "reserved": 0}] }
-EOF
+# shellcheck source=bench/kvd.sh
+. "$ROOT/bench/kvd.sh" # kvd_config, wait_port
+kvd_config false >"$TMP/kvd.json"
 printf '%s\n' key '64 64 1' value '4096 4096 1' cmd '0 0.1' '1 0.9' >"$TMP/4k.cfg"
 
 # start: starts kvd on $TMP/data; OPENED is the seconds until its port opened.
@@ -45,10 +44,7 @@ start() {
 	"$BIN" -config "$TMP/kvd.json" -data-dir "$TMP/data" -listen "127.0.0.1:$PORT" \
 		-metrics-listen "127.0.0.1:$((PORT + 1))" -log-level warn &
 	PID=$!
-	for _ in $(seq 3000); do
-		(exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
-		sleep 0.05
-	done
+	wait_port "$PORT" 3000 || true
 	OPENED=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f", b - a}')
 }
 
