@@ -112,7 +112,12 @@ func newKVD(t testing.TB, configJSON string) *kvd {
 	if err := os.WriteFile(k.Config, []byte(configJSON), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { k.Stop() })
+	t.Cleanup(func() {
+		if t.Failed() && k.log != nil {
+			t.Logf("kvd's log (%s):\n%s", k.Addr, k.tail())
+		}
+		k.Stop()
+	})
 	return k
 }
 

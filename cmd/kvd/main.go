@@ -46,7 +46,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cfg, source, err := loadConfig(*cfgPath)
+	cfg, source, loaded, err := loadConfig(*cfgPath)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func run() error {
 	log.Info("kvd serving", "listen", *listen, "data_dir", *dataDir, "wal_sync", !opts.DisableWALSync)
 
 	if source != "embedded default" {
-		defer startWatcher(source, *listen, *dataDir, srv, log).Stop()
+		defer startWatcher(source, loaded, *listen, *dataDir, srv, log).Stop()
 	}
 
 	sig := make(chan os.Signal, 1)
@@ -106,29 +106,37 @@ func clusterOptions(endpoints, node, listen string, log *slog.Logger) (*server.C
 }
 
 // loadConfig reads and checks the config (readConfig, then checkConfig).
-func loadConfig(path string) (*config.File, string, error) {
-	cfg, source, err := readConfig(path)
+func loadConfig(path string) (*config.File, string, []byte, error) {
+	cfg, source, data, err := readConfig(path)
 	if err == nil {
 		if err = checkConfig(cfg); err != nil {
 			err = fmt.Errorf("%s: %w", source, err)
 		}
 	}
-	return cfg, source, err
+	return cfg, source, data, err
 }
 
 // readConfig reads the named file, or the default file when it exists, or
-// the embedded default.
-func readConfig(path string) (*config.File, string, error) {
-	if path != "" {
-		cfg, err := config.Load(path)
-		return cfg, path, err
+// the embedded default. It returns the bytes it parsed, which the watcher
+// compares the file with: an edit made while kvd starts is then seen.
+func readConfig(path string) (*config.File, string, []byte, error) {
+	source := path
+	if source == "" {
+		source = defaultConfig
 	}
-	cfg, err := config.Load(defaultConfig)
-	if errors.Is(err, fs.ErrNotExist) {
-		cfg, err = config.Parse(config.Embedded)
-		return cfg, "embedded default", err
+	data, err := os.ReadFile(source)
+	switch {
+	case path == "" && errors.Is(err, fs.ErrNotExist):
+		cfg, err := config.Parse(config.Embedded)
+		return cfg, "embedded default", config.Embedded, err
+	case err != nil:
+		return nil, source, nil, fmt.Errorf("config: %w", err)
 	}
-	return cfg, defaultConfig, err
+	cfg, err := config.Parse(data)
+	if err != nil {
+		return nil, source, nil, fmt.Errorf("%s: %w", source, err)
+	}
+	return cfg, source, data, nil
 }
 
 // checkConfig checks what config.Validate cannot, because it needs the

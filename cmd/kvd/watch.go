@@ -28,10 +28,23 @@ type watcher struct {
 	done    chan struct{}
 }
 
-func startWatcher(path, listen, dataDir string, srv *server.Server, log *slog.Logger) *watcher {
-	w := &watcher{path: path, listen: listen, dataDir: dataDir, srv: srv, log: log,
+// changed returns the file's bytes when they differ from the last seen,
+// which become the last seen.
+func (w *watcher) changed() ([]byte, bool) {
+	data, err := os.ReadFile(w.path)
+	if err != nil || bytes.Equal(data, w.last) {
+		return nil, false // a file being replaced may be briefly missing: keep what runs
+	}
+	w.last = data
+	return data, true
+}
+
+// startWatcher watches path, whose running config was parsed from loaded.
+// The file is compared with loaded, not re-read here: an edit between kvd's
+// start and the watcher's is applied at the first check, not lost.
+func startWatcher(path string, loaded []byte, listen, dataDir string, srv *server.Server, log *slog.Logger) *watcher {
+	w := &watcher{path: path, last: loaded, listen: listen, dataDir: dataDir, srv: srv, log: log,
 		stop: make(chan struct{}), done: make(chan struct{})}
-	w.last, _ = os.ReadFile(path)
 	go w.run()
 	return w
 }
@@ -51,11 +64,10 @@ func (w *watcher) run() {
 }
 
 func (w *watcher) check() {
-	data, err := os.ReadFile(w.path)
-	if err != nil || bytes.Equal(data, w.last) {
-		return // a file being replaced may be briefly missing: keep what runs
+	data, ok := w.changed()
+	if !ok {
+		return
 	}
-	w.last = data
 	cfg, err := config.Parse(data)
 	if err == nil {
 		err = checkConfig(cfg)

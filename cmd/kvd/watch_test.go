@@ -1,0 +1,34 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestWatcherStartsFromTheLoadedConfig: the watcher compares the file with
+// the bytes the running config was parsed from, so an edit made after kvd
+// read its config but before the watcher started is applied, not taken for
+// the running config (TestConfigReload failed that way once, under load).
+func TestWatcherStartsFromTheLoadedConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "serverless.json")
+	if err := os.WriteFile(path, []byte(`{"node_capacity": 25000}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, source, loaded, err := readConfig(path)
+	if err != nil || source != path || cfg.NodeCapacity != 25000 {
+		t.Fatalf("readConfig: %+v, %q, %v", cfg, source, err)
+	}
+	edit := []byte(`{"node_capacity": 12345}`)
+	if err := os.WriteFile(path, edit, 0o644); err != nil { // while kvd starts
+		t.Fatal(err)
+	}
+	w := &watcher{path: path, last: loaded}
+	if data, ok := w.changed(); !ok || !bytes.Equal(data, edit) {
+		t.Fatalf("first check: %q, %v; want the edit", data, ok)
+	}
+	if data, ok := w.changed(); ok {
+		t.Fatalf("second check of an unchanged file: %q", data)
+	}
+}
