@@ -74,7 +74,7 @@ sequence() {
 	done
 	local m
 	m=$(curl -s http://127.0.0.1:22501/metrics |
-		awk '/^kvd_pebble_(compaction_paced_seconds_total|compaction_debt_bytes|l0_sublevels) / {
+		awk '/^kvd_pebble_(compaction_debt_bytes|l0_sublevels) / {
 			sub("kvd_pebble_", "", $1); printf " %s=%.4g", $1, $2 }')
 	kill "$PID" && wait "$PID" 2>/dev/null || true
 	PID=""

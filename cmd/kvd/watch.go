@@ -39,12 +39,17 @@ func (w *watcher) changed() ([]byte, bool) {
 	return data, true
 }
 
-// startWatcher watches path, whose running config was parsed from loaded.
+// newWatcher watches path, whose running config was parsed from loaded.
 // The file is compared with loaded, not re-read here: an edit between kvd's
 // start and the watcher's is applied at the first check, not lost.
-func startWatcher(path string, loaded []byte, listen, dataDir string, srv *server.Server, log *slog.Logger) *watcher {
-	w := &watcher{path: path, last: loaded, listen: listen, dataDir: dataDir, srv: srv, log: log,
+func newWatcher(path string, loaded []byte, listen, dataDir string, srv *server.Server, log *slog.Logger) *watcher {
+	return &watcher{path: path, last: loaded, listen: listen, dataDir: dataDir, srv: srv, log: log,
 		stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// startWatcher starts a newWatcher's checks.
+func startWatcher(path string, loaded []byte, listen, dataDir string, srv *server.Server, log *slog.Logger) *watcher {
+	w := newWatcher(path, loaded, listen, dataDir, srv, log)
 	go w.run()
 	return w
 }

@@ -24,7 +24,7 @@ func TestWatcherStartsFromTheLoadedConfig(t *testing.T) {
 	if err := os.WriteFile(path, edit, 0o644); err != nil { // while kvd starts
 		t.Fatal(err)
 	}
-	w := &watcher{path: path, last: loaded}
+	w := newWatcher(path, loaded, "", "", nil, nil)
 	if data, ok := w.changed(); !ok || !bytes.Equal(data, edit) {
 		t.Fatalf("first check: %q, %v; want the edit", data, ok)
 	}
