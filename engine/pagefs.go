@@ -12,7 +12,8 @@ import (
 const tableWriteChunk = 256 << 10
 
 // pageFS is the filesystem Pebble writes through: sstables reach the kernel
-// in whole pages, every other file as Pebble writes it.
+// in whole pages, WAL files sync as walFile says, every other file is as
+// Pebble writes it.
 //
 // Pebble writes a table through a 4 KiB bufio.Writer, which passes a block
 // larger than its buffer straight through. With 4 KiB values every block is,
@@ -24,10 +25,27 @@ type pageFS struct{ vfs.FS }
 // Create buffers the file when it is an sstable.
 func (fs pageFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	f, err := fs.FS.Create(name, category)
-	if err != nil || !strings.HasSuffix(name, ".sst") {
+	switch {
+	case err != nil:
+		return f, err
+	case category == walCategory:
+		return newWALFile(f), nil
+	case strings.HasSuffix(name, ".sst"):
+		return &pageFile{File: f, buf: make([]byte, 0, tableWriteChunk)}, nil
+	}
+	return f, nil
+}
+
+// walCategory is the category Pebble creates and recycles WAL files with.
+const walCategory vfs.DiskWriteCategory = "pebble-wal"
+
+// ReuseForWrite recycles a WAL file.
+func (fs pageFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.ReuseForWrite(oldname, newname, category)
+	if err != nil || category != walCategory {
 		return f, err
 	}
-	return &pageFile{File: f, buf: make([]byte, 0, tableWriteChunk)}, nil
+	return newWALFile(f), nil
 }
 
 // pageFile holds writes until it has a whole chunk. Everything that reads,
