@@ -9,7 +9,6 @@ import (
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"golang.org/x/sys/unix"
 )
 
 // walQuickWait bounds how long a WAL sync may hold its processor while it
@@ -51,9 +50,10 @@ type ioEvent struct {
 // hands it to another thread at nearly every sync; each take also resets
 // sysmon to its fastest polling, so it never backs off. Under memcaslap at
 // -c 32 sysmon then woke 45,000 times in 6 s and used 11–14% of kvd's CPU.
-// A raw wait is invisible to sysmon; the bound keeps what it can cost
-// small: a stop-the-world (GC) waits for it at most walQuickWait, and a
-// stalled disk is waited for like any blocking syscall.
+// A raw wait is invisible to sysmon. It cannot stall the runtime: a
+// stop-the-world (GC) signals the thread, which ends the wait (aioWait),
+// and a disk slower than walQuickWait is waited for like any blocking
+// syscall.
 //
 // Syncs of one file are serialized (Pebble's flusher already does).
 // Where AIO cannot be set up, SyncData is the plain fdatasync.
@@ -77,7 +77,7 @@ func (f *walFile) SyncData() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.plain && f.ctx == 0 {
-		if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, 1, uintptr(unsafe.Pointer(&f.ctx)), 0); e != 0 {
+		if _, _, e := syscall.Syscall(syscall.SYS_IO_SETUP, 1, uintptr(unsafe.Pointer(&f.ctx)), 0); e != 0 {
 			f.plain, f.ctx = true, 0
 		}
 	}
@@ -87,7 +87,7 @@ func (f *walFile) SyncData() error {
 	f.cb = iocb{opcode: iocbCmdFdsync, fildes: uint32(f.Fd())}
 	cbs := [1]*iocb{&f.cb}
 	for {
-		_, _, e := unix.RawSyscall(unix.SYS_IO_SUBMIT, f.ctx, 1, uintptr(unsafe.Pointer(&cbs[0])))
+		_, _, e := syscall.RawSyscall(syscall.SYS_IO_SUBMIT, f.ctx, 1, uintptr(unsafe.Pointer(&cbs[0])))
 		if e == 0 {
 			break
 		}
@@ -98,13 +98,8 @@ func (f *walFile) SyncData() error {
 		f.plain = true
 		return f.File.SyncData()
 	}
-	ts := unix.NsecToTimespec(int64(walQuickWait))
-	n, _, e := unix.RawSyscall6(unix.SYS_IO_GETEVENTS, f.ctx, 1, 1, uintptr(unsafe.Pointer(&f.ev)), uintptr(unsafe.Pointer(&ts)), 0)
-	for n != 1 {
-		if e != 0 && e != syscall.EINTR {
-			return e
-		}
-		n, _, e = unix.Syscall6(unix.SYS_IO_GETEVENTS, f.ctx, 1, 1, uintptr(unsafe.Pointer(&f.ev)), 0, 0)
+	if err := aioWait(f.ctx, &f.ev); err != nil {
+		return err
 	}
 	if f.ev.res < 0 {
 		return syscall.Errno(-f.ev.res)
@@ -112,10 +107,27 @@ func (f *walFile) SyncData() error {
 	return nil
 }
 
+// aioWait waits for the one operation in flight on the AIO context ctx and
+// stores its event in ev: for up to walQuickWait in a raw syscall, then in
+// a blocking one. A signal ends the raw wait (io_getevents is never
+// restarted after a signal handler), and the runtime signals a thread when
+// it stops the world, so a garbage collection does not wait for the disk.
+func aioWait(ctx uintptr, ev *ioEvent) error {
+	ts := syscall.NsecToTimespec(int64(walQuickWait))
+	n, _, e := syscall.RawSyscall6(syscall.SYS_IO_GETEVENTS, ctx, 1, 1, uintptr(unsafe.Pointer(ev)), uintptr(unsafe.Pointer(&ts)), 0)
+	for n != 1 {
+		if e != 0 && e != syscall.EINTR {
+			return e
+		}
+		n, _, e = syscall.Syscall6(syscall.SYS_IO_GETEVENTS, ctx, 1, 1, uintptr(unsafe.Pointer(ev)), 0, 0)
+	}
+	return nil
+}
+
 func (f *walFile) Close() error {
 	f.mu.Lock()
 	if f.ctx != 0 {
-		_, _, _ = unix.Syscall(unix.SYS_IO_DESTROY, f.ctx, 0, 0)
+		_, _, _ = syscall.Syscall(syscall.SYS_IO_DESTROY, f.ctx, 0, 0)
 		f.ctx = 0
 	}
 	f.plain = true

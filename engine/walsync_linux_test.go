@@ -4,12 +4,16 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -117,5 +121,69 @@ func TestWALFileReportsSyncErrors(t *testing.T) {
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAIOWaitDoesNotHoldUpTheGC: a garbage collection's stop-the-world
+// does not wait for an operation aioWait is waiting for in its raw
+// syscall: the runtime's preemption signal ends the raw wait and the
+// blocking wait that follows lets the world stop. The operation here is a
+// poll (IOCB_CMD_POLL) of an empty pipe, which completes only when the
+// test writes to it, with a quick wait of an hour. Were the raw wait to
+// hold the world up, nothing in this process could run to end it: a shell
+// writes to the pipe after 5 s, and the GC's time says what happened.
+func TestAIOWaitDoesNotHoldUpTheGC(t *testing.T) {
+	defer func(d time.Duration) { walQuickWait = d }(walQuickWait)
+	walQuickWait = time.Hour
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	var ctx uintptr
+	if _, _, e := syscall.Syscall(syscall.SYS_IO_SETUP, 1, uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
+		t.Fatal("io_setup:", e)
+	}
+	defer syscall.Syscall(syscall.SYS_IO_DESTROY, ctx, 0, 0)
+	const iocbCmdPoll, pollIn = 5, 1
+	cb := &iocb{opcode: iocbCmdPoll, fildes: uint32(pr.Fd()), buf: pollIn}
+	cbs := [1]*iocb{cb}
+	if _, _, e := syscall.Syscall(syscall.SYS_IO_SUBMIT, ctx, 1, uintptr(unsafe.Pointer(&cbs[0]))); e != 0 {
+		t.Fatal("io_submit:", e)
+	}
+	rescue := exec.Command("sh", "-c", fmt.Sprintf("sleep 5; printf x > /proc/%d/fd/%d", os.Getpid(), pw.Fd()))
+	if err := rescue.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rescue.Process.Kill(); _ = rescue.Wait() }()
+	var ev ioEvent
+	done := make(chan error, 1)
+	go func() { done <- aioWait(ctx, &ev) }()
+	time.Sleep(50 * time.Millisecond) // the waiter is in its raw wait
+	gc := make(chan time.Duration, 1)
+	go func() {
+		start := time.Now()
+		runtime.GC()
+		gc <- time.Since(start)
+	}()
+	if d := <-gc; d > 2*time.Second {
+		t.Fatalf("a GC took %v: it waited for aioWait's raw wait", d)
+	} else {
+		t.Logf("a GC took %v while aioWait waited", d)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("aioWait returned (%v) before the pipe had data", err)
+	default:
+	}
+	if _, err := pw.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if ev.res&pollIn == 0 {
+		t.Fatalf("poll event %+v, want POLLIN", ev)
 	}
 }
