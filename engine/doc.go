@@ -47,7 +47,10 @@
 // mutation before it is durable (read-uncommitted with respect to fsync).
 // Registry changes (CreateBucket, CreateBuckets: one sync per batch of 4096,
 // DeleteBucket, SetBucketSettings) and PutMeta
-// are synced before they return, whatever WALSync says.
+// are synced before they return, whatever WALSync says. On Linux the WAL's
+// fdatasync goes through AIO and is waited for first in a bounded raw
+// syscall (walFile: with a plain blocking fdatasync every few hundred µs, Go's
+// sysmon never stopped retaking the flusher's processor).
 //
 // # Disk full
 //
