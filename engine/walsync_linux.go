@@ -86,19 +86,20 @@ func (f *walFile) SyncData() error {
 	}
 	f.cb = iocb{opcode: iocbCmdFdsync, fildes: uint32(f.Fd())}
 	cbs := [1]*iocb{&f.cb}
-	for {
-		_, _, e := syscall.RawSyscall(syscall.SYS_IO_SUBMIT, f.ctx, 1, uintptr(unsafe.Pointer(&cbs[0])))
-		if e == 0 {
-			break
-		}
-		if e == syscall.EINTR || e == syscall.EAGAIN {
-			continue
-		}
-		// EINVAL: this filesystem cannot fsync through AIO.
-		f.plain = true
+	_, _, e := syscall.RawSyscall(syscall.SYS_IO_SUBMIT, f.ctx, 1, uintptr(unsafe.Pointer(&cbs[0])))
+	for e == syscall.EINTR {
+		_, _, e = syscall.RawSyscall(syscall.SYS_IO_SUBMIT, f.ctx, 1, uintptr(unsafe.Pointer(&cbs[0])))
+	}
+	if e != 0 {
+		// EINVAL: this file cannot be synced through AIO; EAGAIN: no
+		// room for the request now.
+		f.plain = e != syscall.EAGAIN
 		return f.File.SyncData()
 	}
 	if err := aioWait(f.ctx, &f.ev); err != nil {
+		// The sync may still be in flight: its event must not be taken
+		// for a later one's.
+		f.plain = true
 		return err
 	}
 	if f.ev.res < 0 {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -71,6 +72,46 @@ func TestWALFileSyncsThroughAIO(t *testing.T) {
 	if _, ok := o.(*walFile); ok {
 		t.Fatal("a MANIFEST is a walFile")
 	}
+}
+
+// TestPebbleCreatesWALsAsWALs: the category pageFS recognises WALs by is
+// the one Pebble creates them with (were it renamed, the WAL would silently
+// sync the plain way).
+func TestPebbleCreatesWALsAsWALs(t *testing.T) {
+	fs := &categoryFS{FS: vfs.Default, of: map[string]vfs.DiskWriteCategory{}}
+	db := openTest(t, func(o *Options) { o.fs = fs })
+	mustStore(t, newBucketT(t, db, "b"), ModeSet, "k", "v", 0, 0)
+	if err := db.SyncWAL(); err != nil {
+		t.Fatal(err)
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	logs := 0
+	for name, c := range fs.of {
+		if filepath.Ext(name) == ".log" {
+			logs++
+			if c != walCategory {
+				t.Errorf("Pebble created %s with category %q, want %q", name, c, walCategory)
+			}
+		}
+	}
+	if logs == 0 {
+		t.Fatalf("no WAL among the files Pebble created: %v", fs.of)
+	}
+}
+
+// categoryFS records the category of every file created through it.
+type categoryFS struct {
+	vfs.FS
+	mu sync.Mutex
+	of map[string]vfs.DiskWriteCategory // guarded by mu
+}
+
+func (fs *categoryFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	fs.mu.Lock()
+	fs.of[name] = c
+	fs.mu.Unlock()
+	return fs.FS.Create(name, c)
 }
 
 // TestWALFileWaitsPastTheQuickWait: a sync that outlasts the quick wait
