@@ -172,15 +172,16 @@ func Parse(data []byte) (*File, error) {
 	return f, nil
 }
 
-// Load reads and parses the file at path; errors start with the path.
-func Load(path string) (*File, error) {
+// Load reads and parses the file at path, and returns the bytes it parsed
+// too; errors start with the path.
+func Load(path string) (*File, []byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, nil, fmt.Errorf("config: %w", err)
 	}
 	f, err := Parse(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return f, nil
+	return f, data, nil
 }

@@ -242,7 +242,7 @@ func TestShippedFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("embedded serverless.json: %v", err)
 	}
-	disk, err := Load("serverless.json")
+	disk, _, err := Load("serverless.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,15 +296,15 @@ func TestLoad(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"max_conections": 3}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if f, err := Load(good); err != nil || *f.MaxConnections != 3 {
+	if f, _, err := Load(good); err != nil || *f.MaxConnections != 3 {
 		t.Errorf("Load(good) = %+v, %v", f, err)
 	}
-	_, err := Load(bad)
+	_, _, err := Load(bad)
 	if !errors.Is(err, ErrUnknownField) || !strings.HasPrefix(err.Error(), bad+": ") {
 		t.Errorf("Load(bad) error = %v, want ErrUnknownField prefixed by the path", err)
 	}
 	missing := filepath.Join(dir, "missing.json")
-	if _, err := Load(missing); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+	if _, _, err := Load(missing); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
 		t.Errorf("Load(missing) error = %v, want ErrNotExist naming the file", err)
 	}
 }

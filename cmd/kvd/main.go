@@ -124,19 +124,12 @@ func readConfig(path string) (*config.File, string, []byte, error) {
 	if source == "" {
 		source = defaultConfig
 	}
-	data, err := os.ReadFile(source)
-	switch {
-	case path == "" && errors.Is(err, fs.ErrNotExist):
+	cfg, data, err := config.Load(source)
+	if path == "" && errors.Is(err, fs.ErrNotExist) {
 		cfg, err := config.Parse(config.Embedded)
 		return cfg, "embedded default", config.Embedded, err
-	case err != nil:
-		return nil, source, nil, fmt.Errorf("config: %w", err)
 	}
-	cfg, err := config.Parse(data)
-	if err != nil {
-		return nil, source, nil, fmt.Errorf("%s: %w", source, err)
-	}
-	return cfg, source, data, nil
+	return cfg, source, data, err
 }
 
 // checkConfig checks what config.Validate cannot, because it needs the
