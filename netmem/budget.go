@@ -35,6 +35,7 @@ const (
 type Limits struct {
 	Budget     int64 // max_buffer_bytes: what all connections together may hold
 	ConnOutput int   // max_conn_output: a connection's unsent replies before it stops executing
+	ConnInput  int   // max_conn_input: a connection's input it cannot decode yet before it is not read
 	ConnBuffer int   // a connection's input or output past which it is closed
 }
 
@@ -56,9 +57,10 @@ type ReadSwitch interface {
 // Stats are the budget's figures, as STAT and /metrics show them.
 type Stats struct {
 	Held      int64 // bytes held by all connections, as last accounted
-	Paused    int   // connections paused now, for memory or output
+	Paused    int   // connections paused now for memory or output (not counting input pauses)
 	MemPauses int64 // pauses for the node's budget since start
 	OutPauses int64 // pauses for max_conn_output since start
+	InPauses  int64 // pauses for max_conn_input since start
 	Closed    int64 // connections closed for memory (budget or ConnBuffer)
 }
 
@@ -72,6 +74,7 @@ type Budget struct {
 	peak      atomic.Int64 // highest held since the last release
 	memPauses atomic.Int64
 	outPauses atomic.Int64
+	inPauses  atomic.Int64
 	closed    atomic.Int64
 
 	mu     sync.Mutex
@@ -91,13 +94,14 @@ func (b *Budget) Stats() Stats {
 	paused := len(b.paused)
 	b.mu.Unlock()
 	return Stats{Held: b.held.Load(), Paused: paused, MemPauses: b.memPauses.Load(),
-		OutPauses: b.outPauses.Load(), Closed: b.closed.Load()}
+		OutPauses: b.outPauses.Load(), InPauses: b.inPauses.Load(), Closed: b.closed.Load()}
 }
 
 // pause reasons, bits of Holder.paused.
 const (
 	pausedOutput uint8 = 1 << iota // unsent replies over Limits.ConnOutput
 	pausedMemory                   // the node over Limits.Budget
+	pausedInput                    // input over Limits.ConnInput that the connection cannot decode yet
 )
 
 // Holder is one connection's share of the budget. The connection embeds it,
@@ -117,16 +121,19 @@ type Holder struct {
 // Init ties h to its connection, named remote in the log.
 func (h *Holder) Init(c Conn, remote string) { h.conn, h.remote = c, remote }
 
-// Paused reports whether the connection is paused (for memory or output):
-// it decodes nothing until a pass's Account ends the pause.
-func (h *Holder) Paused() bool { return h.paused != 0 }
+// Paused reports whether the connection is paused for memory or output: it
+// decodes nothing until a pass's Account ends the pause. (An input pause
+// stops only the reading: what was read is decoded as before.)
+func (h *Holder) Paused() bool { return h.paused&^pausedInput != 0 }
 
 // Account publishes what h's connection holds after a pass of its loop (in
 // bytes of input not decoded yet, out of replies gnet has not sent) and
-// decides its pauses, turning its socket's read interest off or on. It
-// reports true when the connection is over lim.ConnBuffer and must be
-// closed.
-func (b *Budget) Account(h *Holder, in, out int, lim Limits) (closeConn bool) {
+// decides its pauses, turning its socket's read interest off or on. stalled
+// says the connection cannot decode its input now for a reason other than
+// an unfinished frame (a batch in flight, a throttled command, an output or
+// memory pause): reading more would only pile it up. It reports true when
+// the connection is over lim.ConnBuffer and must be closed.
+func (b *Budget) Account(h *Holder, in, out int, stalled bool, lim Limits) (closeConn bool) {
 	held := int64(in + out)
 	total := b.publish(h, held)
 	if in > lim.ConnBuffer || out > lim.ConnBuffer {
@@ -136,13 +143,16 @@ func (b *Budget) Account(h *Holder, in, out int, lim Limits) (closeConn bool) {
 		return true
 	}
 	was := h.paused
-	h.paused = h.want(out, held, total, lim)
+	h.paused = h.want(in, out, stalled, held, total, lim)
 	if h.paused != 0 || was != 0 {
 		h.setReading(b.log, h.paused == 0, out > 0, h.paused&pausedMemory != 0)
 	}
-	if h.paused != 0 && was == 0 {
+	// Housekeeping looks at the connections paused for memory or output;
+	// one paused for input only is woken by what stalls it (its batch, the
+	// throttle's tick).
+	if watched, wasWatched := h.paused&^pausedInput != 0, was&^pausedInput != 0; watched && !wasWatched {
 		b.watch(h, true)
-	} else if h.paused == 0 && was != 0 {
+	} else if !watched && wasWatched {
 		b.watch(h, false)
 	}
 	if h.paused&^was&pausedMemory != 0 {
@@ -152,6 +162,9 @@ func (b *Budget) Account(h *Holder, in, out int, lim Limits) (closeConn bool) {
 	}
 	if h.paused&^was&pausedOutput != 0 {
 		b.outPauses.Add(1)
+	}
+	if h.paused&^was&pausedInput != 0 {
+		b.inPauses.Add(1)
 	}
 	return false
 }
@@ -172,12 +185,17 @@ func (b *Budget) publish(h *Holder, held int64) int64 {
 }
 
 // want is h's pause state for the figures of this pass. Output pauses past
-// the cap and lasts until half of it; a memory pause lasts until
-// housekeeping lets the connection go on (resume).
-func (h *Holder) want(out int, held, total int64, lim Limits) uint8 {
+// the cap and lasts until half of it; so does stalled input, and only while
+// it is stalled (a connection waiting for the rest of a frame is read,
+// whatever it holds); a memory pause lasts until housekeeping lets the
+// connection go on (resume).
+func (h *Holder) want(in, out int, stalled bool, held, total int64, lim Limits) uint8 {
 	p := uint8(0)
 	if out > lim.ConnOutput || (h.paused&pausedOutput != 0 && out > lim.ConnOutput/2) {
 		p |= pausedOutput
+	}
+	if stalled && (in > lim.ConnInput || (h.paused&pausedInput != 0 && in > lim.ConnInput/2)) {
+		p |= pausedInput
 	}
 	if h.resume.Swap(false) {
 		return p

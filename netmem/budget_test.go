@@ -33,7 +33,7 @@ func (f *fakeConn) SetReading(on, writing, hangup bool) error {
 	return nil
 }
 
-var testLimits = Limits{Budget: 1 << 20, ConnOutput: 256 << 10, ConnBuffer: 8 << 20}
+var testLimits = Limits{Budget: 1 << 20, ConnOutput: 256 << 10, ConnInput: 256 << 10, ConnBuffer: 8 << 20}
 
 func newTestBudget() *Budget { return New(slog.New(slog.NewTextHandler(io.Discard, nil))) }
 
@@ -52,13 +52,15 @@ func all(hs ...*Holder) func(func(*Holder) bool) { return slices.Values(hs) }
 // counters.
 func TestAccount(t *testing.T) {
 	type pass struct {
-		in, out   int
-		other     int  // what the second connection holds (its input)
-		resume    bool // housekeeping let the connection go on before this pass
-		close     bool
-		paused    bool
-		reading   string // the SetReading of this pass, "" for none
-		mem, outp int64  // pauses counted so far
+		in, out        int
+		stalled        bool // the input cannot be decoded now (a batch in flight, …)
+		other          int  // what the second connection holds (its input)
+		resume         bool // housekeeping let the connection go on before this pass
+		close          bool
+		paused         bool   // paused for memory or output: decodes nothing
+		inPaused       bool   // paused for input only: not read, still decoding, not in Stats.Paused
+		reading        string // the SetReading of this pass, "" for none
+		mem, outp, inp int64  // pauses counted so far
 	}
 	for _, tc := range []struct {
 		name   string
@@ -87,6 +89,17 @@ func TestAccount(t *testing.T) {
 			{in: PauseFloor, out: 300 << 10, other: 2 << 20, paused: true, reading: "off+w+hup", mem: 1, outp: 1},
 			{in: PauseFloor, out: 300 << 10, other: 2 << 20, resume: true, paused: true, reading: "off+w", mem: 1, outp: 1},
 		}},
+		{"stalled input stops the reading past the cap, until half of it", []pass{
+			{in: 256<<10 + 1, stalled: true, inPaused: true, reading: "off", inp: 1},
+			{in: 200 << 10, out: 10, stalled: true, inPaused: true, reading: "off+w", inp: 1},
+			{in: 128 << 10, stalled: true, reading: "on", inp: 1},
+			{in: 200 << 10, stalled: true, inp: 1},
+		}},
+		{"input that is not stalled is read, whatever it holds", []pass{
+			{in: 1 << 20, inp: 0},
+			{in: 300 << 10, stalled: true, inPaused: true, reading: "off", inp: 1},
+			{in: 300 << 10, reading: "on", inp: 1}, // the batch came back: what is left is an unfinished frame
+		}},
 		{"past the per-connection limit it closes", []pass{
 			{in: 8<<20 + 1, close: true},
 		}},
@@ -96,12 +109,12 @@ func TestAccount(t *testing.T) {
 			h, f := newHolder("a")
 			other, _ := newHolder("b")
 			for i, p := range tc.passes {
-				b.Account(other, p.other, 0, noPause)
+				b.Account(other, p.other, 0, false, noPause)
 				if p.resume {
 					h.resume.Store(true)
 				}
 				before := len(f.reading)
-				if got := b.Account(h, p.in, p.out, testLimits); got != p.close {
+				if got := b.Account(h, p.in, p.out, p.stalled, testLimits); got != p.close {
 					t.Fatalf("pass %d: close %v, want %v", i, got, p.close)
 				}
 				reading := ""
@@ -109,9 +122,11 @@ func TestAccount(t *testing.T) {
 					reading = f.reading[len(f.reading)-1]
 				}
 				st := b.Stats()
-				if h.Paused() != p.paused || reading != p.reading || st.MemPauses != p.mem || st.OutPauses != p.outp {
-					t.Fatalf("pass %d: paused %v reading %q pauses %d/%d, want %v %q %d/%d",
-						i, h.Paused(), reading, st.MemPauses, st.OutPauses, p.paused, p.reading, p.mem, p.outp)
+				inPaused := h.paused&pausedInput != 0
+				if h.Paused() != p.paused || inPaused != p.inPaused || reading != p.reading || st.MemPauses != p.mem ||
+					st.OutPauses != p.outp || st.InPauses != p.inp {
+					t.Fatalf("pass %d: paused %v/%v reading %q pauses %d/%d/%d, want %v/%v %q %d/%d/%d", i, h.Paused(), inPaused,
+						reading, st.MemPauses, st.OutPauses, st.InPauses, p.paused, p.inPaused, p.reading, p.mem, p.outp, p.inp)
 				}
 				if want := int64(p.in + p.out + p.other); !p.close && st.Held != want {
 					t.Fatalf("pass %d: held %d, want %d", i, st.Held, want)
@@ -132,7 +147,7 @@ func TestAccount(t *testing.T) {
 func TestForgetAndUnpause(t *testing.T) {
 	b := newTestBudget()
 	h, f := newHolder("a")
-	b.Account(h, 2<<20, 0, testLimits)
+	b.Account(h, 2<<20, 0, false, testLimits)
 	if !h.Paused() || b.Stats().Paused != 1 {
 		t.Fatal("want a memory pause")
 	}
@@ -140,7 +155,7 @@ func TestForgetAndUnpause(t *testing.T) {
 	if h.Paused() || b.Stats().Paused != 0 || f.reading[len(f.reading)-1] != "on+w" {
 		t.Fatalf("after Unpause: paused %v, stats %+v, reading %v", h.Paused(), b.Stats(), f.reading)
 	}
-	b.Account(h, 2<<20, 0, testLimits)
+	b.Account(h, 2<<20, 0, false, testLimits)
 	b.Forget(h)
 	if st := b.Stats(); st.Held != 0 || st.Paused != 0 || h.Paused() {
 		t.Fatalf("after Forget: %+v, paused %v", st, h.Paused())
@@ -149,7 +164,7 @@ func TestForgetAndUnpause(t *testing.T) {
 
 // noPause are limits under which a connection never pauses: the test's
 // other connections hold their share of the node with them.
-var noPause = Limits{Budget: 1 << 40, ConnOutput: 1 << 40, ConnBuffer: 1 << 40}
+var noPause = Limits{Budget: 1 << 40, ConnOutput: 1 << 40, ConnInput: 1 << 40, ConnBuffer: 1 << 40}
 
 // TestTickResumesSmallestFirst: paused connections go on, the least
 // holding first, while there is room under 3/4 of the budget (each one
@@ -168,19 +183,19 @@ func TestTickResumesSmallestFirst(t *testing.T) {
 	} {
 		b := newTestBudget()
 		big, _ := newHolder("big") // puts the node over its budget, then leaves
-		b.Account(big, 5<<20, 0, noPause)
+		b.Account(big, 5<<20, 0, false, noPause)
 		var hs []*Holder
 		var fs []*fakeConn
 		for _, n := range sizes {
 			h, f := newHolder("c")
-			if b.Account(h, n, 0, lim); !h.Paused() {
+			if b.Account(h, n, 0, false, lim); !h.Paused() {
 				t.Fatalf("holder of %d not paused", n)
 			}
 			hs, fs = append(hs, h), append(fs, f)
 		}
 		b.Forget(big)
 		extra, _ := newHolder("extra")
-		b.Account(extra, tc.extra, 0, noPause)
+		b.Account(extra, tc.extra, 0, false, noPause)
 		b.Tick(time.Unix(0, 0), lim.Budget, all(append(hs, extra)...))
 		for i, h := range hs {
 			if h.resume.Load() != tc.resumed[i] || fs[i].wakes != 1 {
@@ -188,7 +203,7 @@ func TestTickResumesSmallestFirst(t *testing.T) {
 					tc.extra>>10, sizes[i]>>10, h.resume.Load(), fs[i].wakes, tc.resumed[i])
 			}
 		}
-		b.Account(hs[1], sizes[1], 0, lim) // the pass after: a resumed connection goes on
+		b.Account(hs[1], sizes[1], 0, false, lim) // the pass after: a resumed connection goes on
 		if hs[1].Paused() == tc.resumed[1] {
 			t.Errorf("extra %d KiB: after the pass, paused %v", tc.extra>>10, hs[1].Paused())
 		}
@@ -220,7 +235,7 @@ func TestLastResort(t *testing.T) {
 			var fs []*fakeConn
 			for _, n := range tc.held {
 				h, f := newHolder("c")
-				b.Account(h, 0, n, lim) // output: not paused, still held
+				b.Account(h, 0, n, false, lim) // output: not paused, still held
 				hs, fs = append(hs, h), append(fs, f)
 			}
 			for i, d := range tc.ticks {
@@ -237,11 +252,11 @@ func TestLastResort(t *testing.T) {
 	// Back under the budget, the grace starts over.
 	b := newTestBudget()
 	h, f := newHolder("c")
-	b.Account(h, 0, 2<<20-1, lim)
+	b.Account(h, 0, 2<<20-1, false, lim)
 	b.Tick(t0, lim.Budget, all(h))
-	b.Account(h, 0, 0, lim)
+	b.Account(h, 0, 0, false, lim)
 	b.Tick(t0.Add(3*time.Second), lim.Budget, all(h))
-	b.Account(h, 0, 2<<20-1, lim)
+	b.Account(h, 0, 2<<20-1, false, lim)
 	b.Tick(t0.Add(6*time.Second), lim.Budget, all(h))
 	if f.closes != 0 {
 		t.Fatal("closed before a fresh grace")
@@ -278,7 +293,7 @@ func TestFreeOS(t *testing.T) {
 		{0, 44 * time.Second, 2},         // only 2 s since the last
 		{0, 52 * time.Second, 3},         // 10 s since the last
 	} {
-		b.Account(h, step.held, 0, lim)
+		b.Account(h, step.held, 0, false, lim)
 		b.Tick(t0.Add(step.at), lim.Budget, all(h))
 		if released != step.wanted {
 			t.Fatalf("at +%v holding %d: released %d times, want %d", step.at, step.held, released, step.wanted)

@@ -34,7 +34,7 @@ func TestCollectPedantic(t *testing.T) {
 	}
 	for name, want := range map[string]int{
 		"kvd_bucket_commands_total": 2, "kvd_bucket_command_latency_seconds": 1, "kvd_node_command_latency_seconds": 1,
-		"kvd_buckets": 1, "kvd_buckets_exported": 1, "kvd_buffer_bytes": 2, "kvd_connection_pauses_total": 2,
+		"kvd_buckets": 1, "kvd_buckets_exported": 1, "kvd_buffer_bytes": 2, "kvd_connection_pauses_total": 3,
 		"kvd_ingress_tickets": 9, "kvd_bucket_in_flight": 2, "kvd_bucket_deadline_window_seconds": 4,
 		"kvd_item_cache_bytes": 2, "kvd_pebble_l0_sublevels": 1, "kvd_connections": 1,
 	} {

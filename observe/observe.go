@@ -92,10 +92,10 @@ type Front struct {
 // buffers and the budget, connections paused now, pauses by reason since
 // start, and connections closed for memory.
 type Buffers struct {
-	Held, Limit                int64 // bytes; Limit is max_buffer_bytes
-	Paused                     int64 // connections paused now
-	MemoryPauses, OutputPauses int64
-	Closed                     int64
+	Held, Limit                             int64 // bytes; Limit is max_buffer_bytes
+	Paused                                  int64 // connections paused now
+	MemoryPauses, OutputPauses, InputPauses int64
+	Closed                                  int64
 }
 
 // BucketState is the front end's state of one bucket.

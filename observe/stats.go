@@ -91,6 +91,7 @@ func bufferStats(emit Emit, f Buffers) {
 	emitInt(emit, "conns_paused", f.Paused)
 	emitInt(emit, "conn_pauses_memory", f.MemoryPauses)
 	emitInt(emit, "conn_pauses_output", f.OutputPauses)
+	emitInt(emit, "conn_pauses_input", f.InputPauses)
 	emitInt(emit, "conns_closed_memory", f.Closed)
 }
 

@@ -245,11 +245,18 @@ func (c *conn) outputFull() bool {
 func (c *conn) account() gnet.Action {
 	s := c.srv
 	lim := netmem.Limits{Budget: s.limits().MaxBufferBytes, ConnOutput: s.opts.MaxConnOutput,
-		ConnBuffer: s.opts.MaxConnBuffer}
-	if s.flow.Account(&c.mem, c.gc.InboundBuffered(), c.gc.OutboundBuffered(), lim) {
+		ConnInput: s.opts.MaxConnInput, ConnBuffer: s.opts.MaxConnBuffer}
+	if s.flow.Account(&c.mem, c.gc.InboundBuffered(), c.gc.OutboundBuffered(), c.stalled(), lim) {
 		return gnet.Close
 	}
 	return gnet.None
+}
+
+// stalled reports whether the connection's input waits for something other
+// than its own next bytes: a batch in flight, a throttled command, a stop
+// for output or memory, or a QUIT. Reading more then only piles it up.
+func (c *conn) stalled() bool {
+	return c.inflight != nil || !c.parkedSince.IsZero() || c.stopped || c.quitting
 }
 
 // peekFrame returns the next frame when it is all buffered, or its header

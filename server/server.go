@@ -315,7 +315,7 @@ func (n node) Front() observe.Front {
 		Conns: s.currConns.Load(), TotalConns: s.totalConns.Load(), MaxConns: lim.MaxConnections,
 		BucketLimit: lim.MetricsBucketLimit,
 		Buffers: observe.Buffers{Held: f.Held, Limit: lim.MaxBufferBytes, Paused: int64(f.Paused),
-			MemoryPauses: f.MemPauses, OutputPauses: f.OutPauses, Closed: f.Closed},
+			MemoryPauses: f.MemPauses, OutputPauses: f.OutPauses, InputPauses: f.InPauses, Closed: f.Closed},
 	}
 }
 

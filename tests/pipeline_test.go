@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -284,4 +285,34 @@ func TestPipelineStateChanges(t *testing.T) {
 	if res := bob.call(get("k")); res.Status != mc.StatusOK || string(res.Value) != "in other" {
 		t.Errorf("other/k = %v %q, want \"in other\" (FLUSH of app must not touch other)", res.Status, res.Value)
 	}
+}
+
+// TestPipelineOverTheConnectionLimit: a client that writes far more than a
+// connection may hold (64 MiB) in one go, faster than its SETs are synced,
+// is pushed back by TCP (kvd stops reading it while it holds 4 MiB it cannot
+// decode yet) instead of being closed: every command runs, the GET and NOOP
+// at the end are answered, and STAT counts the input pauses. memcached does
+// the same with the same stream.
+func TestPipelineOverTheConnectionLimit(t *testing.T) {
+	t.Parallel()
+	const n, size = 72_000, 1000 // 72 MB of SETQ
+	value := string(bytes.Repeat([]byte("p"), size))
+	var reqs []*mc.Request
+	for i := range n {
+		reqs = append(reqs, reqWith(mc.OpSetQ, uint32(i), mc.AppendSetExtras(nil, 0, 0), fmt.Sprintf("bulk%d", i), value))
+	}
+	last := fmt.Sprintf("bulk%d", n-1)
+	reqs = append(reqs, reqWith(mc.OpGet, n, nil, last, ""), reqWith(mc.OpNoop, n+1, nil, "", ""))
+	want := []wantReply{{op: mc.OpGet, opaque: n, value: []byte(value), check: true}, {op: mc.OpNoop, opaque: n + 1}}
+	k := startKVD(t, configWith(t, testConfig, map[string]any{"node_capacity": 1_000_000_000}))
+	checkReplies(t, "kvd", runPipeline(t, k.Addr, nil, reqs, mc.MagicResponse), want)
+	if pauses := generalStat(t, k.Addr, "conn_pauses_input"); pauses == 0 {
+		t.Errorf("conn_pauses_input = 0 after a %d MB pipeline", n*size>>20)
+	}
+	if closed := generalStat(t, k.Addr, "conns_closed_memory"); closed != 0 {
+		t.Errorf("conns_closed_memory = %d, want 0", closed)
+	}
+	t.Run("memcached", func(t *testing.T) {
+		checkReplies(t, "memcached", runPipeline(t, startMemcached(t), nil, reqs, mc.MagicResponse), want)
+	})
 }
