@@ -15,8 +15,16 @@ import (
 	"kvd/tenant"
 )
 
-// Version is what VERSION and STAT report.
+// Version is kvd's own version, as STAT reports it.
 const Version = "kvd-0.1.0"
+
+// VersionReply is what VERSION answers: the memcached release whose protocol
+// kvd speaks (Debian's 1.6.18, which the differential tests compare it
+// with), then kvd's own version. Clients parse a leading
+// "major.minor.micro" with a major above 0 (libmemcached's
+// memcached_version, and through it memcstat and memcping, fail on anything
+// else), and libmemcached reads at most 32 bytes of it.
+const VersionReply = "1.6.18 " + Version
 
 // BucketSpec is a bucket the server makes sure exists when it starts.
 type BucketSpec struct {

@@ -132,3 +132,32 @@ func TestMemcaslapBinary(t *testing.T) {
 		t.Logf("memcaslap output:\n%s\nkvd log tail:\n%s", text, k.tail())
 	}
 }
+
+// TestLibmemcachedVersion: libmemcached parses VERSION as major.minor.micro
+// (memcached_version, which memcstat and memcping call first), in both
+// protocols. kvd answers "1.6.18 kvd-0.1.0"; with its earlier "kvd-0.1.0"
+// memcstat exited 1 with no stats and memcping failed.
+func TestLibmemcachedVersion(t *testing.T) {
+	memcstat, memcping := requireTool(t, "memcstat"), requireTool(t, "memcping")
+	t.Parallel()
+	k := startKVD(t, testConfig)
+	servers := "--servers=" + k.Addr
+	run := func(bin string, args ...string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	for _, proto := range [][]string{nil, {"--binary"}} {
+		if out := run(memcstat, append(proto, servers)...); !strings.Contains(out, "pid:") {
+			t.Errorf("memcstat %v: no stats:\n%s", proto, out)
+		}
+		if out := run(memcstat, append(proto, "-S", servers)...); !strings.Contains(out, k.Addr+" 1.6.18") {
+			t.Errorf("memcstat -S %v: %q, want %s 1.6.18", proto, out, k.Addr)
+		}
+	}
+	run(memcping, servers) // text only: it has no --binary
+}

@@ -28,7 +28,7 @@ const textDiffConfig = `{"anonymous_bucket": "default", "buckets": [{"name": "de
 
 // kvdVersionLine is the one reply the generator produces that differs by
 // design (docs/text-protocol.md: version).
-var kvdVersionLine = []byte("VERSION kvd-0.1.0\r\n")
+var kvdVersionLine = []byte("VERSION 1.6.18 kvd-0.1.0\r\n")
 
 func TestTextDifferential(t *testing.T) {
 	mcAddr := texttest.StartMemcached(t)
@@ -193,7 +193,7 @@ func TestTextHostileServer(t *testing.T) {
 			c.send(chunk)
 		}
 		c.send("\r\nversion\r\n")
-		c.expect("after 96 MiB swallowed", "SERVER_ERROR object too large for cache", "VERSION kvd-0.1.0")
+		c.expect("after 96 MiB swallowed", "SERVER_ERROR object too large for cache", "VERSION 1.6.18 kvd-0.1.0")
 		after := rssKB(t, k.cmd.Process.Pid)
 		t.Logf("kvd RSS %d KiB before, %d KiB after 96 MiB of refused data", before, after)
 		if after-before > 48<<10 {

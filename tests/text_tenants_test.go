@@ -245,7 +245,7 @@ func TestTextAdmissionRefusal(t *testing.T) {
 	if err != nil || !strings.HasPrefix(got, "SERVER_ERROR throttled for ") || !strings.Contains(got, "max_throttle_wait_ms=1000") {
 		t.Fatalf("get behind 100 s of carry-over: %q %v; want SERVER_ERROR naming max_throttle_wait_ms", got, err)
 	}
-	c.call("version after the refusal", "version\r\n", "VERSION kvd-0.1.0")
+	c.call("version after the refusal", "version\r\n", "VERSION 1.6.18 kvd-0.1.0")
 	c.call("stats after the refusal", "stats nothing\r\n", "ERROR")
 }
 
@@ -264,7 +264,7 @@ func TestTextProtocolOff(t *testing.T) {
 		t.Errorf("binary SET with text off: %v", res.Status)
 	}
 	on := startKVD(t, testConfig)
-	dialText(t, on.Addr).call("text on by default", "version\r\n", "VERSION kvd-0.1.0")
+	dialText(t, on.Addr).call("text on by default", "version\r\n", "VERSION 1.6.18 kvd-0.1.0")
 }
 
 // textClient is a raw text-protocol connection for black-box tests.
