@@ -35,7 +35,6 @@ const (
 type Limits struct {
 	Budget     int64 // max_buffer_bytes: what all connections together may hold
 	ConnOutput int   // max_conn_output: a connection's unsent replies before it stops executing
-	ConnInput  int   // max_conn_input: a connection's input it cannot decode yet before it is not read
 	ConnBuffer int   // a connection's input or output past which it is closed
 }
 
@@ -60,7 +59,7 @@ type Stats struct {
 	Paused    int   // connections paused now for memory or output (not counting input pauses)
 	MemPauses int64 // pauses for the node's budget since start
 	OutPauses int64 // pauses for max_conn_output since start
-	InPauses  int64 // pauses for max_conn_input since start
+	InPauses  int64 // stops in reading a connection whose input waited behind a stall, since start
 	Closed    int64 // connections closed for memory (budget or ConnBuffer)
 }
 
@@ -101,7 +100,7 @@ func (b *Budget) Stats() Stats {
 const (
 	pausedOutput uint8 = 1 << iota // unsent replies over Limits.ConnOutput
 	pausedMemory                   // the node over Limits.Budget
-	pausedInput                    // input over Limits.ConnInput that the connection cannot decode yet
+	pausedInput                    // stalled: the connection cannot decode what it holds now
 )
 
 // Holder is one connection's share of the budget. The connection embeds it,
@@ -129,9 +128,12 @@ func (h *Holder) Paused() bool { return h.paused&^pausedInput != 0 }
 // Account publishes what h's connection holds after a pass of its loop (in
 // bytes of input not decoded yet, out of replies gnet has not sent) and
 // decides its pauses, turning its socket's read interest off or on. stalled
-// says the connection cannot decode its input now for a reason other than
-// an unfinished frame (a batch in flight, a throttled command, an output or
-// memory pause): reading more would only pile it up. It reports true when
+// says the connection cannot decode what it holds now for a reason other
+// than an unfinished frame (a batch in flight, a throttled command, an
+// output or memory pause): it is then not read until it can. Reading more
+// would only pile its input up, and gnet closes a connection as soon as it
+// reads the client's end of file, so a client that half-closes after its
+// last command would lose the replies still to come. It reports true when
 // the connection is over lim.ConnBuffer and must be closed.
 func (b *Budget) Account(h *Holder, in, out int, stalled bool, lim Limits) (closeConn bool) {
 	held := int64(in + out)
@@ -143,7 +145,7 @@ func (b *Budget) Account(h *Holder, in, out int, stalled bool, lim Limits) (clos
 		return true
 	}
 	was := h.paused
-	h.paused = h.want(in, out, stalled, held, total, lim)
+	h.paused = h.want(out, stalled, held, total, lim)
 	if h.paused != 0 || was != 0 {
 		h.setReading(b.log, h.paused == 0, out > 0, h.paused&pausedMemory != 0)
 	}
@@ -163,7 +165,7 @@ func (b *Budget) Account(h *Holder, in, out int, stalled bool, lim Limits) (clos
 	if h.paused&^was&pausedOutput != 0 {
 		b.outPauses.Add(1)
 	}
-	if h.paused&^was&pausedInput != 0 {
+	if h.paused&^was&pausedInput != 0 && in > 0 {
 		b.inPauses.Add(1)
 	}
 	return false
@@ -185,16 +187,15 @@ func (b *Budget) publish(h *Holder, held int64) int64 {
 }
 
 // want is h's pause state for the figures of this pass. Output pauses past
-// the cap and lasts until half of it; so does stalled input, and only while
-// it is stalled (a connection waiting for the rest of a frame is read,
-// whatever it holds); a memory pause lasts until housekeeping lets the
+// the cap and lasts until half of it; a stalled connection is not read
+// while it is stalled; a memory pause lasts until housekeeping lets the
 // connection go on (resume).
-func (h *Holder) want(in, out int, stalled bool, held, total int64, lim Limits) uint8 {
+func (h *Holder) want(out int, stalled bool, held, total int64, lim Limits) uint8 {
 	p := uint8(0)
 	if out > lim.ConnOutput || (h.paused&pausedOutput != 0 && out > lim.ConnOutput/2) {
 		p |= pausedOutput
 	}
-	if stalled && (in > lim.ConnInput || (h.paused&pausedInput != 0 && in > lim.ConnInput/2)) {
+	if stalled {
 		p |= pausedInput
 	}
 	if h.resume.Swap(false) {

@@ -33,7 +33,7 @@ func (f *fakeConn) SetReading(on, writing, hangup bool) error {
 	return nil
 }
 
-var testLimits = Limits{Budget: 1 << 20, ConnOutput: 256 << 10, ConnInput: 256 << 10, ConnBuffer: 8 << 20}
+var testLimits = Limits{Budget: 1 << 20, ConnOutput: 256 << 10, ConnBuffer: 8 << 20}
 
 func newTestBudget() *Budget { return New(slog.New(slog.NewTextHandler(io.Discard, nil))) }
 
@@ -89,16 +89,16 @@ func TestAccount(t *testing.T) {
 			{in: PauseFloor, out: 300 << 10, other: 2 << 20, paused: true, reading: "off+w+hup", mem: 1, outp: 1},
 			{in: PauseFloor, out: 300 << 10, other: 2 << 20, resume: true, paused: true, reading: "off+w", mem: 1, outp: 1},
 		}},
-		{"stalled input stops the reading past the cap, until half of it", []pass{
+		{"a stalled connection is not read until it is not stalled", []pass{
 			{in: 256<<10 + 1, stalled: true, inPaused: true, reading: "off", inp: 1},
 			{in: 200 << 10, out: 10, stalled: true, inPaused: true, reading: "off+w", inp: 1},
-			{in: 128 << 10, stalled: true, reading: "on", inp: 1},
-			{in: 200 << 10, stalled: true, inp: 1},
+			{in: 128 << 10, reading: "on", inp: 1},
+			{in: 0, stalled: true, inPaused: true, reading: "off", inp: 1}, // nothing waited: not counted
+			{in: 0, reading: "on", inp: 1},
 		}},
 		{"input that is not stalled is read, whatever it holds", []pass{
-			{in: 1 << 20, inp: 0},
-			{in: 300 << 10, stalled: true, inPaused: true, reading: "off", inp: 1},
-			{in: 300 << 10, reading: "on", inp: 1}, // the batch came back: what is left is an unfinished frame
+			{in: 512 << 10},
+			{out: 300 << 10, stalled: true, paused: true, inPaused: true, reading: "off+w", outp: 1},
 		}},
 		{"past the per-connection limit it closes", []pass{
 			{in: 8<<20 + 1, close: true},
@@ -164,7 +164,7 @@ func TestForgetAndUnpause(t *testing.T) {
 
 // noPause are limits under which a connection never pauses: the test's
 // other connections hold their share of the node with them.
-var noPause = Limits{Budget: 1 << 40, ConnOutput: 1 << 40, ConnInput: 1 << 40, ConnBuffer: 1 << 40}
+var noPause = Limits{Budget: 1 << 40, ConnOutput: 1 << 40, ConnBuffer: 1 << 40}
 
 // TestTickResumesSmallestFirst: paused connections go on, the least
 // holding first, while there is room under 3/4 of the budget (each one

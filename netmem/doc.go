@@ -15,10 +15,12 @@
 //     be closed;
 //   - while its unsent replies pass [Limits].ConnOutput it is paused for
 //     output, until they drain under half of it;
-//   - while it holds more than [Limits].ConnInput of input it cannot decode
-//     yet (stalled: a batch in flight, a throttled command, an output or
-//     memory pause) it is paused for input: it is not read, and decodes as
-//     before, until half of that is left or it is no longer stalled;
+//   - while it is stalled (it cannot decode what it holds: a batch in
+//     flight, a throttled command, an output or memory pause) it is not
+//     read: a client that pipelines faster than its commands run is pushed
+//     back by TCP, and a client's end of file, on which gnet closes the
+//     connection, waits in the socket until every command before it is
+//     answered;
 //   - while the node's total is over [Limits].Budget, a connection holding
 //     at least [PauseFloor] is paused for memory: it stops being read and
 //     served, and the client's further bytes wait in the kernel while TCP

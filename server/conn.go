@@ -245,7 +245,7 @@ func (c *conn) outputFull() bool {
 func (c *conn) account() gnet.Action {
 	s := c.srv
 	lim := netmem.Limits{Budget: s.limits().MaxBufferBytes, ConnOutput: s.opts.MaxConnOutput,
-		ConnInput: s.opts.MaxConnInput, ConnBuffer: s.opts.MaxConnBuffer}
+		ConnBuffer: s.opts.MaxConnBuffer}
 	if s.flow.Account(&c.mem, c.gc.InboundBuffered(), c.gc.OutboundBuffered(), c.stalled(), lim) {
 		return gnet.Close
 	}
@@ -254,7 +254,7 @@ func (c *conn) account() gnet.Action {
 
 // stalled reports whether the connection's input waits for something other
 // than its own next bytes: a batch in flight, a throttled command, a stop
-// for output or memory, or a QUIT. Reading more then only piles it up.
+// for output or memory, or a QUIT. It is not read meanwhile (netmem).
 func (c *conn) stalled() bool {
 	return c.inflight != nil || !c.parkedSince.IsZero() || c.stopped || c.quitting
 }

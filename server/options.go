@@ -97,13 +97,6 @@ type Options struct {
 	// unsent replies pass it; they go on once half of it has drained.
 	// Default DefaultMaxConnOutput.
 	MaxConnOutput int
-	// MaxConnInput stops reading a connection while it holds more input
-	// than this that it cannot decode yet (a batch in flight, a throttled
-	// command, its output over MaxConnOutput), until half of it is left:
-	// a client that pipelines faster than its commands run is pushed back
-	// by TCP instead of being closed at MaxConnBuffer. Default
-	// DefaultMaxConnInput.
-	MaxConnInput int
 	// MaxBufferBytes is the node's network memory budget: bytes held in
 	// unfinished or unread input and unsent replies across all connections.
 	// Past it the connections holding the most stop being read (netmem).
@@ -149,7 +142,6 @@ func (o *Options) EnsureDefaults() {
 	orDefault(&o.MaxItemSize, DefaultMaxItemSize)
 	orDefault(&o.MaxConnBuffer, DefaultMaxConnBuffer)
 	orDefault(&o.MaxConnOutput, DefaultMaxConnOutput)
-	orDefault(&o.MaxConnInput, DefaultMaxConnInput)
 	if o.MaxBufferBytes <= 0 {
 		o.MaxBufferBytes = DefaultMaxBufferBytes()
 	}
@@ -238,7 +230,6 @@ const (
 	DefaultMaxItemSize             = 1 << 20
 	DefaultMaxConnBuffer           = 64 << 20
 	DefaultMaxConnOutput           = 4 << 20
-	DefaultMaxConnInput            = 4 << 20
 	DefaultMaxThrottleWait         = 30 * time.Second
 	DefaultWALSync                 = true // every acknowledged mutation is fsynced (DisableWALSync false)
 	DefaultMetricsBucketLimit      = 1000

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -289,10 +290,10 @@ func TestPipelineStateChanges(t *testing.T) {
 
 // TestPipelineOverTheConnectionLimit: a client that writes far more than a
 // connection may hold (64 MiB) in one go, faster than its SETs are synced,
-// is pushed back by TCP (kvd stops reading it while it holds 4 MiB it cannot
-// decode yet) instead of being closed: every command runs, the GET and NOOP
-// at the end are answered, and STAT counts the input pauses. memcached does
-// the same with the same stream.
+// is pushed back by TCP (kvd does not read a connection whose commands wait
+// behind a batch) instead of being closed: every command runs, the GET and
+// NOOP at the end are answered, and STAT counts the input pauses. memcached
+// does the same with the same stream.
 func TestPipelineOverTheConnectionLimit(t *testing.T) {
 	t.Parallel()
 	const n, size = 72_000, 1000 // 72 MB of SETQ
@@ -315,4 +316,75 @@ func TestPipelineOverTheConnectionLimit(t *testing.T) {
 	t.Run("memcached", func(t *testing.T) {
 		checkReplies(t, "memcached", runPipeline(t, startMemcached(t), nil, reqs, mc.MagicResponse), want)
 	})
+}
+
+// TestHalfClose: a client that sends its commands and then shuts down its
+// sending side (shutdown(SHUT_WR), `nc -N`) gets every reply and then end
+// of file, as from memcached. gnet closes a connection when it reads the
+// client's end of file; kvd does not read it before it has answered every
+// command sent before it, those running on a worker included.
+func TestHalfClose(t *testing.T) {
+	t.Parallel()
+	ext := mc.AppendSetExtras(nil, 0, 0)
+	binReqs := []*mc.Request{
+		reqWith(mc.OpSet, 1, ext, "hc:a", "v"),
+		reqWith(mc.OpIncrement, 2, mc.AppendArithExtras(nil, 1, 1, 0), "hc:n", ""),
+	}
+	for i := range 100 {
+		binReqs = append(binReqs, reqWith(mc.OpSetQ, uint32(10+i), ext, fmt.Sprintf("hc:q%d", i), "q"))
+	}
+	binReqs = append(binReqs, reqWith(mc.OpGet, 3, nil, "hc:q99", ""))
+	var bin []byte
+	for _, r := range binReqs {
+		bin = mc.AppendRequest(bin, r)
+	}
+	const text = "set hct 0 0 1\r\nx\r\nincr hctn 1\r\nget hct\r\nappend hct 0 0 1\r\ny\r\nget hct\r\n"
+	const textWant = "STORED\r\nNOT_FOUND\r\nVALUE hct 0 1\r\nx\r\nEND\r\nSTORED\r\nVALUE hct 0 2\r\nxy\r\nEND\r\n"
+	check := func(t *testing.T, addr string, round int) {
+		got := halfClosed(t, addr, bin)
+		res, err := parseResponses(got)
+		if err != nil {
+			t.Fatalf("round %d, binary: %v", round, err)
+		}
+		var seen []string
+		for _, r := range res {
+			seen = append(seen, fmt.Sprintf("%v/%d/%v/%q", r.Opcode, r.Opaque, r.Status, r.Value))
+		}
+		want := []string{`SET/1/Success/""`, `INCR/2/Success/"\x00\x00\x00\x00\x00\x00\x00\x01"`, `GET/3/Success/"q"`}
+		if strings.Join(seen, " ") != strings.Join(want, " ") {
+			t.Errorf("round %d, binary: replies before end of file\n got %v\nwant %v", round, seen, want)
+		}
+		if got := string(halfClosed(t, addr, []byte(text))); got != textWant {
+			t.Errorf("round %d, text: replies before end of file\n got %q\nwant %q", round, got, textWant)
+		}
+	}
+	k := startKVD(t, testConfig)
+	for round := range 5 {
+		check(t, k.Addr, round)
+		dialRaw(t, k.Addr).call(reqWith(mc.OpFlush, 0, nil, "", ""))
+	}
+	t.Run("memcached", func(t *testing.T) { check(t, startMemcached(t), 0) })
+}
+
+// halfClosed writes stream on a new connection to addr, shuts down the
+// sending side and returns everything the server sends until it closes.
+func halfClosed(t *testing.T, addr string, stream []byte) []byte {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := nc.Write(stream); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(nc)
+	if err != nil {
+		t.Fatalf("reading until end of file: %v (after %d bytes)", err, len(got))
+	}
+	return got
 }
