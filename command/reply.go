@@ -80,6 +80,10 @@ func (e *Encoder) Result(dst []byte, r *Request) []byte {
 		if withKey {
 			key = r.Key
 		}
+		if key != nil && r.Status == binary.StatusKeyNotFound && e.Features&FeatXError == 0 {
+			// memcached answers a GETK/GATK miss with the key and no body
+			return binary.AppendResponse(dst, h.Alt, &binary.Response{Opcode: h.Op, Status: r.Status, Opaque: h.Opaque, Key: key})
+		}
 		return e.Error(dst, h, r.Status, r.Reason, key)
 	}
 	switch {

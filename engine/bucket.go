@@ -191,8 +191,10 @@ func (b *Bucket) Touch(key []byte, expiry, now uint32, dst []byte) (Item, error)
 // cas != 0 must match the live item's CAS (ErrExists on mismatch, ErrNotFound
 // if absent, except ErrNotStored for APPEND/PREPEND). ModeAdd on a live item → ErrExists; ModeReplace on a missing
 // one → ErrNotFound; ModeAppend/ModePrepend on a missing one → ErrNotStored,
-// and they keep the old flags and expiry, ignoring the given ones. A value (or
-// APPEND/PREPEND result) over Options.MaxValueSize → ErrTooBig.
+// and they keep the old flags and expiry, ignoring the given ones. A value
+// over Options.MaxValueSize → ErrTooBig; an APPEND/PREPEND whose result would
+// be → ErrNotStored (memcached's NOT_STORED: it cannot make the item, the
+// value alone was fine).
 func (b *Bucket) Store(mode StoreMode, key, value []byte, flags, expiry uint32, cas uint64, now uint32) (uint64, error) {
 	c, _, err := b.StoreN(mode, key, value, flags, expiry, cas, now)
 	return c, err
@@ -226,7 +228,7 @@ func (b *Bucket) StoreN(mode StoreMode, key, value []byte, flags, expiry uint32,
 			v2 = cur.value
 		}
 		if n = len(v1) + len(v2); n > b.db.opts.MaxValueSize {
-			return ErrTooBig
+			return ErrNotStored
 		}
 		h.cas = b.db.nextCAS()
 		newCAS = h.cas
@@ -296,7 +298,9 @@ func (b *Bucket) Delete(key []byte, cas uint64, now uint32) error {
 // digits (memcached pads it with spaces to the old length when shorter). A missing item is created with
 // initial (stored as decimal text, given expiry, flags 0) and initial is
 // returned, if create; else ErrNotFound. Existing items keep flags and
-// expiry. cas != 0 must match. Returns the new value and CAS.
+// expiry. cas != 0 must match a live item's CAS (ErrExists); a missing item
+// is created whatever cas is, as memcached does. Returns the new value and
+// CAS.
 func (b *Bucket) Arith(key []byte, incr bool, delta, initial uint64, expiry uint32, create bool, cas uint64, now uint32) (uint64, uint64, error) {
 	r, err := b.ArithItem(key, incr, delta, initial, expiry, create, cas, now)
 	return r.Value, r.CAS, err
@@ -319,8 +323,10 @@ func (b *Bucket) ArithItem(key []byte, incr bool, delta, initial uint64, expiry 
 	var h header
 	err := b.mutate(key, now, true, func(ik []byte, cur current) error {
 		created = false
-		if err := checkCAS(&cur, cas); err != nil {
-			return err
+		if cur.live {
+			if err := checkCAS(&cur, cas); err != nil {
+				return err
+			}
 		}
 		switch {
 		case cur.live:

@@ -220,9 +220,9 @@ func TestAppendPrepend(t *testing.T) {
 		t.Fatalf("StoreN(APPEND nothing) = %d, %v; want length 9", n, err)
 	}
 	_, err := b.Store(ModeAppend, []byte("k"), []byte("XY"), 0, 0, 0, t0)
-	wantErr(t, "APPEND over MaxValueSize", err, ErrTooBig)
+	wantErr(t, "APPEND over MaxValueSize", err, ErrNotStored)
 	_, err = b.Store(ModePrepend, []byte("k"), []byte("XY"), 0, 0, 0, t0)
-	wantErr(t, "PREPEND over MaxValueSize", err, ErrTooBig)
+	wantErr(t, "PREPEND over MaxValueSize", err, ErrNotStored)
 	wantItem(t, b, "k", "a-mid-end", 42, t0+500, t0)
 	if _, err := b.Store(ModeAppend, []byte("k"), []byte("!"), 0, 0, 0, t0); err != nil {
 		t.Fatalf("APPEND to exactly MaxValueSize: %v", err)
@@ -303,8 +303,13 @@ func TestArith(t *testing.T) {
 
 func TestArithCAS(t *testing.T) {
 	b := newBucketT(t, openTest(t, nil), "b")
-	_, _, err := b.Arith([]byte("k"), true, 1, 0, 0, true, 99, t0)
+	_, _, err := b.Arith([]byte("absent"), true, 1, 0, 0, false, 99, t0)
 	wantErr(t, "Arith with CAS on missing", err, ErrNotFound)
+	// A missing item is created whatever the CAS says, as memcached does:
+	// the CAS is compared with a live item's only.
+	if n, _, err := b.Arith([]byte("new"), true, 1, 7, 0, true, 99, t0); err != nil || n != 7 {
+		t.Fatalf("Arith creating with a CAS = %d, %v; want the initial value 7", n, err)
+	}
 	c := mustStore(t, b, ModeSet, "k", "1", 0, 0)
 	_, _, err = b.Arith([]byte("k"), true, 1, 0, 0, false, c+1, t0)
 	wantErr(t, "Arith with wrong CAS", err, ErrExists)

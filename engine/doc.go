@@ -167,12 +167,13 @@ var (
 	ErrNotFound = errors.New("engine: key not found")
 	// ErrExists: CAS mismatch, or ADD on a live item.
 	ErrExists = errors.New("engine: key exists")
-	// ErrNotStored: APPEND or PREPEND on a missing item.
+	// ErrNotStored: APPEND or PREPEND on a missing item, or whose result
+	// would exceed Options.MaxValueSize.
 	ErrNotStored = errors.New("engine: item not stored")
 	// ErrNonNumeric: INCR/DECR on a value that memcached would not parse
 	// as a decimal uint64 (see Bucket.Arith).
 	ErrNonNumeric = errors.New("engine: value is not a decimal number")
-	// ErrTooBig: the resulting value would exceed Options.MaxValueSize.
+	// ErrTooBig: the value would exceed Options.MaxValueSize.
 	ErrTooBig = errors.New("engine: value too big")
 	// ErrBucketExists: CreateBucket with a name already in use.
 	ErrBucketExists = errors.New("engine: bucket exists")

@@ -75,7 +75,8 @@ type Options struct {
 	// at least 4×MemTableSize. Negative disables the guard.
 	DiskReserve int64
 	// MaxValueSize is the largest value Store may write (any mode, including
-	// the result of APPEND/PREPEND); larger → ErrTooBig. Default 1 MiB.
+	// the result of APPEND/PREPEND); larger → ErrTooBig (ErrNotStored for an
+	// APPEND/PREPEND result). Default 1 MiB.
 	MaxValueSize int
 	// SweepInterval is how often the sweeper deletes expired items from
 	// disk. Default 5s.

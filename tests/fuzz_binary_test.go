@@ -316,12 +316,14 @@ func statusIs(st mc.Status) func(*mc.Response) error {
 }
 
 // checkErrorBody is SPEC's rule for error replies: a reason, as JSON
-// {"error":{"context":…}} when the client negotiated XERROR.
+// {"error":{"context":…}} when the client negotiated XERROR (a GETK/GATK
+// miss without it carries the key and no body, as memcached's).
 func checkErrorBody(res *mc.Response, xerror bool) error {
 	if res.Status == mc.StatusOK {
 		return nil
 	}
-	if len(res.Value) == 0 {
+	keyedMiss := res.Status == mc.StatusKeyNotFound && len(res.Key) > 0 // GETK/GATK: key and no body, as memcached
+	if len(res.Value) == 0 && !(keyedMiss && !xerror) {
 		return fmt.Errorf("%v error 0x%02x with an empty body", res.Opcode, uint16(res.Status))
 	}
 	if !xerror || res.Status == mc.StatusWouldThrottle {

@@ -16,7 +16,7 @@ func (w *fuzzWorker) genControl() binItem {
 	switch w.rng.IntN(8) {
 	case 0:
 		return w.want(&mc.Request{Opcode: mc.OpVersion}, mc.StatusOK, func(res *mc.Response) error {
-			if !bytes.HasPrefix(res.Value, []byte("kvd")) {
+			if !bytes.HasPrefix(res.Value, []byte("1.6.18 kvd-")) {
 				return fmt.Errorf("VERSION = %q", res.Value)
 			}
 			return nil

@@ -388,3 +388,54 @@ func halfClosed(t *testing.T, addr string, stream []byte) []byte {
 	}
 	return got
 }
+
+// TestMissesAndOverflowsLikeMemcached: a GETK or GATK miss carries the key
+// and no body; an APPEND or PREPEND whose result would pass the item size
+// limit gets 0x05 (not stored) and leaves the item as it was; INCR with a
+// CAS on a missing key creates the counter. Both servers are asked the same.
+func TestMissesAndOverflowsLikeMemcached(t *testing.T) {
+	t.Parallel()
+	check := func(t *testing.T, addr string) {
+		c := dialRaw(t, addr)
+		for _, op := range []mc.Opcode{mc.OpGetK, mc.OpGATK} {
+			var ex []byte
+			if op == mc.OpGATK {
+				ex = binary.BigEndian.AppendUint32(nil, 0)
+			}
+			res := c.call(reqWith(op, 1, ex, "mo:missing", ""))
+			if res.Status != mc.StatusKeyNotFound || string(res.Key) != "mo:missing" || len(res.Value) != 0 || len(res.Extras) != 0 {
+				t.Errorf("%v miss: status %v key %q extras %x value %q; want 0x01, the key, nothing else",
+					op, res.Status, res.Key, res.Extras, res.Value)
+			}
+		}
+		big := string(bytes.Repeat([]byte("b"), 1_000_000))
+		// 600,000 bytes more until the item would pass the server's limit
+		// (kvd's max_item_size 1 MiB; memcached -I 2m here).
+		more := string(bytes.Repeat([]byte("m"), 600_000))
+		for _, op := range []mc.Opcode{mc.OpAppend, mc.OpPrepend} {
+			size := len(big)
+			c.expectStatus("SET "+op.String(), reqWith(mc.OpSet, 2, mc.AppendSetExtras(nil, 0, 0), "mo:big", big), mc.StatusOK)
+			for i := 0; ; i++ {
+				res := c.call(reqWith(op, 3, nil, "mo:big", more))
+				if res.Status == mc.StatusOK && i < 4 {
+					size += len(more)
+					continue
+				}
+				if res.Status != mc.StatusNotStored {
+					t.Errorf("%v to %d bytes: status %v, want 0x05 (not stored)", op, size+len(more), res.Status)
+				}
+				break
+			}
+			if res := c.call(get("mo:big")); res.Status != mc.StatusOK || len(res.Value) != size {
+				t.Errorf("after the refused %v: status %v, %d bytes, want the %d stored", op, res.Status, len(res.Value), size)
+			}
+		}
+		incr := reqWith(mc.OpIncrement, 4, mc.AppendArithExtras(nil, 1, 5, 0), "mo:counter", "")
+		incr.CAS = 12345
+		if res := c.call(incr); res.Status != mc.StatusOK || len(res.Value) != 8 || binary.BigEndian.Uint64(res.Value) != 5 {
+			t.Errorf("INCR with a CAS on a missing key: status %v value %x, want the initial value 5", res.Status, res.Value)
+		}
+	}
+	check(t, startKVD(t, testConfig).Addr)
+	t.Run("memcached", func(t *testing.T) { check(t, startMemcached(t)) })
+}
