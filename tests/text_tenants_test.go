@@ -3,6 +3,7 @@ package tests
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -408,4 +409,61 @@ func TestTextLoginPaced(t *testing.T) {
 		t.Errorf("the attempt after 5 wrong passwords was answered %v after the last: text logins are not paced", took)
 	}
 	t.Logf("attempt after 5 wrong passwords answered %v after the last", took)
+}
+
+// TestTextMultiGetUnderContention: a multi-key get whose keys queue for an
+// ingress ticket (one read ticket, 16 connections at once) answers every
+// hit in order and then END, on every connection. A key queued for its
+// ticket used to be overtaken by the next key, and two batches then
+// overwrote each other, losing VALUE blocks or the END.
+func TestTextMultiGetUnderContention(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, configWith(t, testConfig, map[string]any{"node_capacity": 1_000_000_000,
+		"ingress": map[string]any{"probe": map[string]any{"min": 1, "max": 1}}}))
+	dialText(t, k.Addr).call("set K1", "set mgK1 0 0 2\r\nv1\r\n", "STORED")
+	dialText(t, k.Addr).call("set K2", "set mgK2 0 0 2\r\nv2\r\n", "STORED")
+	const want = "VALUE mgK1 0 2\r\nv1\r\nVALUE mgK2 0 2\r\nv2\r\nEND\r\nMN\r\n"
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var wrong []string
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := net.DialTimeout("tcp", k.Addr, 5*time.Second)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer nc.Close()
+			r := bufio.NewReader(nc)
+			for i := 0; i < 100; i++ {
+				_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+				if _, err := io.WriteString(nc, "get mgMISS1 mgK1 mgK2 mgMISS2\r\nmn\r\n"); err != nil {
+					t.Error(err)
+					return
+				}
+				var got strings.Builder
+				for !strings.HasSuffix(got.String(), "MN\r\n") {
+					line, err := r.ReadString('\n')
+					got.WriteString(line)
+					if err != nil {
+						mu.Lock()
+						wrong = append(wrong, fmt.Sprintf("%q then %v", got.String(), err))
+						mu.Unlock()
+						return
+					}
+				}
+				if got.String() != want {
+					mu.Lock()
+					wrong = append(wrong, strconv.Quote(got.String()))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(wrong) > 0 {
+		t.Errorf("%d of 1,600 multi-gets answered wrong (want %q), e.g. %s", len(wrong), want, wrong[0])
+	}
 }
