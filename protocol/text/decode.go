@@ -223,7 +223,7 @@ func (c *Command) parseOther(tk *tokens) *Error {
 	case "quit":
 		c.Kind = KindQuit
 	case "verbosity":
-		if nt < 3 {
+		if nt < 3 || nt > 4 {
 			return c.unknown()
 		}
 		return c.parseVerbosity(tk)

@@ -99,6 +99,8 @@ var hostileCases = []hostileCase{
 	{"md errors", "md k zz\r\nmd k Cx\r\nmd k Tx\r\nmd k b\r\nmd k q q\r\nmd k O12345678901234567890123456789012345\r\n"},
 	{"ma modes", "ma n N0 Mi v\r\nma n Md v\r\nma n zz\r\nma n q q\r\nma n Nx\r\nma n O12345678901234567890123456789012345\r\n"},
 	{"verbosity noreply", "verbosity noreply\r\nverbosity x noreply\r\n"},
+	{"verbosity too many", "verbosity 1 2 3\r\nverbosity 1 noreply 3\r\nverbosity 1 2 3 4\r\nverbosity 1 2\r\n"},
+	{"zero CAS", "set k 0 0 1\r\n5\r\nma k C0 v\r\nms k 1 MA C0\r\nA\r\nms k 1 MP C0\r\nP\r\nmg k v\r\nms k 1 C0\r\nz\r\nmd k C0\r\ncas k 0 0 1 0\r\nz\r\nmg k v\r\n"},
 	{"too large unlinks", "set a 0 0 1\r\nx\r\nset a 0 0 2000000\r\n" + strings.Repeat("x", 2000000) + "\r\nget a\r\n"},
 	{"too large add keeps", "set a 0 0 1\r\nx\r\nadd a 0 0 2000000\r\n" + strings.Repeat("x", 2000000) + "\r\nreplace a 0 0 2000000 noreply\r\n" + strings.Repeat("x", 2000000) + "\r\nget a\r\n"},
 	{"ms too large unlinks", "ms k 1\r\nz\r\nms k 2000000 MA\r\n" + strings.Repeat("x", 2000000) + "\r\nmg k v\r\n"},

@@ -147,7 +147,8 @@ func (m *model) update(c *Command) Outcome {
 		mode = map[Kind]byte{KindSet: ModeSet, KindCas: ModeSet, KindAdd: ModeAdd, KindReplace: ModeReplace,
 			KindAppend: ModeAppend, KindPrepend: ModePrepend}[c.Kind]
 	}
-	hasCAS := c.Kind == KindCas || c.Meta.HasCAS
+	// ms's append and prepend modes compare a non-zero C only
+	hasCAS := c.Kind == KindCas || c.Meta.HasCAS && (cas != 0 || mode != ModeAppend && mode != ModePrepend)
 	if st, done := storeVerdict(it, mode, hasCAS, cas); done {
 		return Outcome{Status: st}
 	}

@@ -52,7 +52,9 @@ func appendArithExtras(dst []byte, cmd *text.Command) []byte {
 
 // casOf is the CAS binary compares for cmd run as op, and whether the
 // command compares one: classic cas and meta C, except under ms's add mode
-// and in mg, which ignore C as memcached does.
+// and in mg, which ignore C as memcached does. An explicit 0 never matches,
+// except in ma and ms's append and prepend modes, where memcached does not
+// compare it.
 func casOf(cmd *text.Command, op mc.Opcode) (cas uint64, has bool) {
 	cas, has = cmd.CAS, cmd.Kind == text.KindCas
 	if cmd.Kind.Meta() {
@@ -61,6 +63,8 @@ func casOf(cmd *text.Command, op mc.Opcode) (cas uint64, has bool) {
 	switch {
 	case !has:
 		return 0, false
+	case cas == 0 && (op == mc.OpIncrement || op == mc.OpDecrement || op == mc.OpAppend || op == mc.OpPrepend):
+		return 0, false // ma and ms's append and prepend modes compare a non-zero CAS only, as memcached's
 	case cas == 0:
 		return neverCAS, true
 	}

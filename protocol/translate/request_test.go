@@ -58,6 +58,10 @@ func TestRequests(t *testing.T) {
 		{"ms k 2 MP\r\nhi\r\n", mc.OpPrepend, nil, "hi", 0, false},
 		{"ms k 2 MS C9\r\nhi\r\n", mc.OpSet, set(0, 0), "hi", 9, true},
 		{"ms k 2 C0\r\nhi\r\n", mc.OpSet, set(0, 0), "hi", neverCAS, true},
+		{"ms k 2 MA C0\r\nhi\r\n", mc.OpAppend, nil, "hi", 0, false}, // memcached compares a non-zero CAS only here
+		{"ms k 2 MP C0\r\nhi\r\n", mc.OpPrepend, nil, "hi", 0, false},
+		{"ma k C0\r\n", mc.OpIncrement, arith(1, 0, noCreate), "", 0, false},
+		{"md k C0\r\n", mc.OpDelete, nil, "", neverCAS, true},
 		{"ma k\r\n", mc.OpIncrement, arith(1, 0, noCreate), "", 0, false},
 		{"ma k MD D3 J10 N60\r\n", mc.OpDecrement, arith(3, 10, 60), "", 0, false},
 		{"ma k N-1 C4\r\n", mc.OpIncrement, arith(1, 0, past), "", 4, true},
