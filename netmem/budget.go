@@ -33,10 +33,33 @@ const (
 // Limits are the figures one pass is accounted against. The server reads
 // them from its (reloadable) settings at each pass.
 type Limits struct {
-	Budget     int64 // max_buffer_bytes: what all connections together may hold
-	ConnOutput int   // max_conn_output: a connection's unsent replies before it stops executing
-	ConnBuffer int   // a connection's input or output past which it is closed
+	Budget      int64 // max_buffer_bytes: what all connections together may hold
+	ConnOutput  int   // max_conn_output: a connection's unsent replies before it stops executing
+	ConnWaiting int   // the input a Waiting connection may hold before it is not read (WaitingInput)
+	ConnBuffer  int   // a connection's input or output past which it is closed
 }
+
+// Stall is why a connection cannot decode what it holds now (Account).
+type Stall uint8
+
+const (
+	NotStalled Stall = iota // it decodes, or waits for the rest of a frame: read
+	// Waiting: its next command waits for an ingress ticket or the
+	// throttle. It is read until it holds Limits.ConnWaiting, so that a
+	// client that leaves is seen and its command leaves the wait.
+	Waiting
+	// Busy: a batch of its commands runs, or its output or memory stops
+	// it. It is not read: gnet closes a connection when it reads the
+	// client's end of file, so a client that half-closes after its last
+	// command would lose the replies still to come.
+	Busy
+)
+
+// WaitingInput is the server's Limits.ConnWaiting: past it a Waiting
+// connection is not read either, until half of it is left, so that a client
+// pipelining into a throttled bucket is pushed back by TCP instead of
+// reaching ConnBuffer.
+const WaitingInput = 4 << 20
 
 // Conn is what the budget does to a connection from housekeeping: wake its
 // loop for a pass, or close it. gnet.Conn has both. A Conn that also
@@ -100,7 +123,7 @@ func (b *Budget) Stats() Stats {
 const (
 	pausedOutput uint8 = 1 << iota // unsent replies over Limits.ConnOutput
 	pausedMemory                   // the node over Limits.Budget
-	pausedInput                    // stalled: the connection cannot decode what it holds now
+	pausedInput                    // stalled (Busy, or Waiting past ConnWaiting): not read
 )
 
 // Holder is one connection's share of the budget. The connection embeds it,
@@ -127,15 +150,11 @@ func (h *Holder) Paused() bool { return h.paused&^pausedInput != 0 }
 
 // Account publishes what h's connection holds after a pass of its loop (in
 // bytes of input not decoded yet, out of replies gnet has not sent) and
-// decides its pauses, turning its socket's read interest off or on. stalled
-// says the connection cannot decode what it holds now for a reason other
-// than an unfinished frame (a batch in flight, a throttled command, an
-// output or memory pause): it is then not read until it can. Reading more
-// would only pile its input up, and gnet closes a connection as soon as it
-// reads the client's end of file, so a client that half-closes after its
-// last command would lose the replies still to come. It reports true when
-// the connection is over lim.ConnBuffer and must be closed.
-func (b *Budget) Account(h *Holder, in, out int, stalled bool, lim Limits) (closeConn bool) {
+// decides its pauses, turning its socket's read interest off or on; stall
+// says whether and why it cannot decode what it holds (see Stall). It
+// reports true when the connection is over lim.ConnBuffer and must be
+// closed.
+func (b *Budget) Account(h *Holder, in, out int, stall Stall, lim Limits) (closeConn bool) {
 	held := int64(in + out)
 	total := b.publish(h, held)
 	if in > lim.ConnBuffer || out > lim.ConnBuffer {
@@ -145,7 +164,7 @@ func (b *Budget) Account(h *Holder, in, out int, stalled bool, lim Limits) (clos
 		return true
 	}
 	was := h.paused
-	h.paused = h.want(out, stalled, held, total, lim)
+	h.paused = h.want(in, out, stall, held, total, lim)
 	if h.paused != 0 || was != 0 {
 		h.setReading(b.log, h.paused == 0, out > 0, h.paused&pausedMemory != 0)
 	}
@@ -187,15 +206,15 @@ func (b *Budget) publish(h *Holder, held int64) int64 {
 }
 
 // want is h's pause state for the figures of this pass. Output pauses past
-// the cap and lasts until half of it; a stalled connection is not read
-// while it is stalled; a memory pause lasts until housekeeping lets the
-// connection go on (resume).
-func (h *Holder) want(out int, stalled bool, held, total int64, lim Limits) uint8 {
+// the cap and lasts until half of it; a Busy connection is not read, nor a
+// Waiting one past ConnWaiting until half of it is left; a memory pause
+// lasts until housekeeping lets the connection go on (resume).
+func (h *Holder) want(in, out int, stall Stall, held, total int64, lim Limits) uint8 {
 	p := uint8(0)
 	if out > lim.ConnOutput || (h.paused&pausedOutput != 0 && out > lim.ConnOutput/2) {
 		p |= pausedOutput
 	}
-	if stalled {
+	if stall == Busy || stall == Waiting && (in > lim.ConnWaiting || h.paused&pausedInput != 0 && in > lim.ConnWaiting/2) {
 		p |= pausedInput
 	}
 	if h.resume.Swap(false) {

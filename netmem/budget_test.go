@@ -33,7 +33,7 @@ func (f *fakeConn) SetReading(on, writing, hangup bool) error {
 	return nil
 }
 
-var testLimits = Limits{Budget: 1 << 20, ConnOutput: 256 << 10, ConnBuffer: 8 << 20}
+var testLimits = Limits{Budget: 1 << 20, ConnOutput: 256 << 10, ConnWaiting: 256 << 10, ConnBuffer: 8 << 20}
 
 func newTestBudget() *Budget { return New(slog.New(slog.NewTextHandler(io.Discard, nil))) }
 
@@ -53,9 +53,9 @@ func all(hs ...*Holder) func(func(*Holder) bool) { return slices.Values(hs) }
 func TestAccount(t *testing.T) {
 	type pass struct {
 		in, out        int
-		stalled        bool // the input cannot be decoded now (a batch in flight, …)
-		other          int  // what the second connection holds (its input)
-		resume         bool // housekeeping let the connection go on before this pass
+		stall          Stall // why the input cannot be decoded now
+		other          int   // what the second connection holds (its input)
+		resume         bool  // housekeeping let the connection go on before this pass
 		close          bool
 		paused         bool   // paused for memory or output: decodes nothing
 		inPaused       bool   // paused for input only: not read, still decoding, not in Stats.Paused
@@ -89,16 +89,23 @@ func TestAccount(t *testing.T) {
 			{in: PauseFloor, out: 300 << 10, other: 2 << 20, paused: true, reading: "off+w+hup", mem: 1, outp: 1},
 			{in: PauseFloor, out: 300 << 10, other: 2 << 20, resume: true, paused: true, reading: "off+w", mem: 1, outp: 1},
 		}},
-		{"a stalled connection is not read until it is not stalled", []pass{
-			{in: 256<<10 + 1, stalled: true, inPaused: true, reading: "off", inp: 1},
-			{in: 200 << 10, out: 10, stalled: true, inPaused: true, reading: "off+w", inp: 1},
+		{"a busy connection is not read until it is not busy", []pass{
+			{in: 256<<10 + 1, stall: Busy, inPaused: true, reading: "off", inp: 1},
+			{in: 200 << 10, out: 10, stall: Busy, inPaused: true, reading: "off+w", inp: 1},
 			{in: 128 << 10, reading: "on", inp: 1},
-			{in: 0, stalled: true, inPaused: true, reading: "off", inp: 1}, // nothing waited: not counted
+			{in: 0, stall: Busy, inPaused: true, reading: "off", inp: 1}, // nothing waited: not counted
 			{in: 0, reading: "on", inp: 1},
+		}},
+		{"a waiting connection is read up to ConnWaiting, then until half of it is left", []pass{
+			{in: 256 << 10, stall: Waiting},
+			{in: 256<<10 + 1, stall: Waiting, inPaused: true, reading: "off", inp: 1},
+			{in: 128<<10 + 1, stall: Waiting, inPaused: true, reading: "off", inp: 1},
+			{in: 128 << 10, stall: Waiting, reading: "on", inp: 1},
+			{in: 1, stall: Busy, inPaused: true, reading: "off", inp: 2},
 		}},
 		{"input that is not stalled is read, whatever it holds", []pass{
 			{in: 512 << 10},
-			{out: 300 << 10, stalled: true, paused: true, inPaused: true, reading: "off+w", outp: 1},
+			{out: 300 << 10, stall: Busy, paused: true, inPaused: true, reading: "off+w", outp: 1},
 		}},
 		{"past the per-connection limit it closes", []pass{
 			{in: 8<<20 + 1, close: true},
@@ -109,12 +116,12 @@ func TestAccount(t *testing.T) {
 			h, f := newHolder("a")
 			other, _ := newHolder("b")
 			for i, p := range tc.passes {
-				b.Account(other, p.other, 0, false, noPause)
+				b.Account(other, p.other, 0, NotStalled, noPause)
 				if p.resume {
 					h.resume.Store(true)
 				}
 				before := len(f.reading)
-				if got := b.Account(h, p.in, p.out, p.stalled, testLimits); got != p.close {
+				if got := b.Account(h, p.in, p.out, p.stall, testLimits); got != p.close {
 					t.Fatalf("pass %d: close %v, want %v", i, got, p.close)
 				}
 				reading := ""
@@ -147,7 +154,7 @@ func TestAccount(t *testing.T) {
 func TestForgetAndUnpause(t *testing.T) {
 	b := newTestBudget()
 	h, f := newHolder("a")
-	b.Account(h, 2<<20, 0, false, testLimits)
+	b.Account(h, 2<<20, 0, NotStalled, testLimits)
 	if !h.Paused() || b.Stats().Paused != 1 {
 		t.Fatal("want a memory pause")
 	}
@@ -155,7 +162,7 @@ func TestForgetAndUnpause(t *testing.T) {
 	if h.Paused() || b.Stats().Paused != 0 || f.reading[len(f.reading)-1] != "on+w" {
 		t.Fatalf("after Unpause: paused %v, stats %+v, reading %v", h.Paused(), b.Stats(), f.reading)
 	}
-	b.Account(h, 2<<20, 0, false, testLimits)
+	b.Account(h, 2<<20, 0, NotStalled, testLimits)
 	b.Forget(h)
 	if st := b.Stats(); st.Held != 0 || st.Paused != 0 || h.Paused() {
 		t.Fatalf("after Forget: %+v, paused %v", st, h.Paused())
@@ -164,7 +171,7 @@ func TestForgetAndUnpause(t *testing.T) {
 
 // noPause are limits under which a connection never pauses: the test's
 // other connections hold their share of the node with them.
-var noPause = Limits{Budget: 1 << 40, ConnOutput: 1 << 40, ConnBuffer: 1 << 40}
+var noPause = Limits{Budget: 1 << 40, ConnOutput: 1 << 40, ConnWaiting: 1 << 40, ConnBuffer: 1 << 40}
 
 // TestTickResumesSmallestFirst: paused connections go on, the least
 // holding first, while there is room under 3/4 of the budget (each one
@@ -183,19 +190,19 @@ func TestTickResumesSmallestFirst(t *testing.T) {
 	} {
 		b := newTestBudget()
 		big, _ := newHolder("big") // puts the node over its budget, then leaves
-		b.Account(big, 5<<20, 0, false, noPause)
+		b.Account(big, 5<<20, 0, NotStalled, noPause)
 		var hs []*Holder
 		var fs []*fakeConn
 		for _, n := range sizes {
 			h, f := newHolder("c")
-			if b.Account(h, n, 0, false, lim); !h.Paused() {
+			if b.Account(h, n, 0, NotStalled, lim); !h.Paused() {
 				t.Fatalf("holder of %d not paused", n)
 			}
 			hs, fs = append(hs, h), append(fs, f)
 		}
 		b.Forget(big)
 		extra, _ := newHolder("extra")
-		b.Account(extra, tc.extra, 0, false, noPause)
+		b.Account(extra, tc.extra, 0, NotStalled, noPause)
 		b.Tick(time.Unix(0, 0), lim.Budget, all(append(hs, extra)...))
 		for i, h := range hs {
 			if h.resume.Load() != tc.resumed[i] || fs[i].wakes != 1 {
@@ -203,7 +210,7 @@ func TestTickResumesSmallestFirst(t *testing.T) {
 					tc.extra>>10, sizes[i]>>10, h.resume.Load(), fs[i].wakes, tc.resumed[i])
 			}
 		}
-		b.Account(hs[1], sizes[1], 0, false, lim) // the pass after: a resumed connection goes on
+		b.Account(hs[1], sizes[1], 0, NotStalled, lim) // the pass after: a resumed connection goes on
 		if hs[1].Paused() == tc.resumed[1] {
 			t.Errorf("extra %d KiB: after the pass, paused %v", tc.extra>>10, hs[1].Paused())
 		}
@@ -235,7 +242,7 @@ func TestLastResort(t *testing.T) {
 			var fs []*fakeConn
 			for _, n := range tc.held {
 				h, f := newHolder("c")
-				b.Account(h, 0, n, false, lim) // output: not paused, still held
+				b.Account(h, 0, n, NotStalled, lim) // output: not paused, still held
 				hs, fs = append(hs, h), append(fs, f)
 			}
 			for i, d := range tc.ticks {
@@ -252,11 +259,11 @@ func TestLastResort(t *testing.T) {
 	// Back under the budget, the grace starts over.
 	b := newTestBudget()
 	h, f := newHolder("c")
-	b.Account(h, 0, 2<<20-1, false, lim)
+	b.Account(h, 0, 2<<20-1, NotStalled, lim)
 	b.Tick(t0, lim.Budget, all(h))
-	b.Account(h, 0, 0, false, lim)
+	b.Account(h, 0, 0, NotStalled, lim)
 	b.Tick(t0.Add(3*time.Second), lim.Budget, all(h))
-	b.Account(h, 0, 2<<20-1, false, lim)
+	b.Account(h, 0, 2<<20-1, NotStalled, lim)
 	b.Tick(t0.Add(6*time.Second), lim.Budget, all(h))
 	if f.closes != 0 {
 		t.Fatal("closed before a fresh grace")
@@ -293,7 +300,7 @@ func TestFreeOS(t *testing.T) {
 		{0, 44 * time.Second, 2},         // only 2 s since the last
 		{0, 52 * time.Second, 3},         // 10 s since the last
 	} {
-		b.Account(h, step.held, 0, false, lim)
+		b.Account(h, step.held, 0, NotStalled, lim)
 		b.Tick(t0.Add(step.at), lim.Budget, all(h))
 		if released != step.wanted {
 			t.Fatalf("at +%v holding %d: released %d times, want %d", step.at, step.held, released, step.wanted)

@@ -15,12 +15,13 @@
 //     be closed;
 //   - while its unsent replies pass [Limits].ConnOutput it is paused for
 //     output, until they drain under half of it;
-//   - while it is stalled (it cannot decode what it holds: a batch in
-//     flight, a throttled command, an output or memory pause) it is not
-//     read: a client that pipelines faster than its commands run is pushed
-//     back by TCP, and a client's end of file, on which gnet closes the
-//     connection, waits in the socket until every command before it is
-//     answered;
+//   - while a batch of its commands runs, or its output or memory stops it
+//     ([Busy]), it is not read: a client that pipelines faster than its
+//     commands run is pushed back by TCP, and a client's end of file, on
+//     which gnet closes the connection, waits in the socket until every
+//     command before it is answered; while its next command waits for a
+//     ticket or the throttle ([Waiting]) it is read up to [Limits].ConnWaiting,
+//     so that a client that leaves is seen and its command leaves the wait;
 //   - while the node's total is over [Limits].Budget, a connection holding
 //     at least [PauseFloor] is paused for memory: it stops being read and
 //     served, and the client's further bytes wait in the kernel while TCP

@@ -74,7 +74,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 		c.collect = b
 		return admitRun
 	case ingress.Queued:
-		c.inflight = b // the continuation: Granted or Expired will finish it
+		c.inflight, c.queued = b, true // the continuation: Granted or Expired will finish it
 		return admitQueued
 	}
 	b.Release() // gives the deadline grant back too

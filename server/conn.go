@@ -64,27 +64,23 @@ type conn struct {
 	in            ingress.InputClock // when the input's bytes arrived
 	lat           latency.Log        // commands answered this pass, observed after the write
 
-	// The deadline grant of the command being admitted (with dl, its
-	// bucket's gate; nil when it holds none).
-	dl    *ingress.BucketDeadline
-	grant ingress.Grant
+	dl    *ingress.BucketDeadline // the gate of the admitted command's bucket; nil when it holds no grant
+	grant ingress.Grant           // the admitted command's deadline grant
 
 	out       []byte             // replies of this pass, written once at the end
 	peek      []byte             // value buffer of GETs answered on the loop
 	inflight  *work.Batch        // batch executing off the loop, nil when none
 	handedOff bool               // inflight went to a worker this pass (runInline)
+	queued    bool               // inflight went to wait for an ingress ticket (stall)
 	collect   *work.Batch        // batch being assembled in this pass
 	quitting  bool               // QUIT seen: close after flushing
 	proto     uint8              // protoUnknown until the first byte, then protoBinary or protoText
 	txt       *translate.Session // text/meta translation (conn_text.go), nil for binary
 	usersGen  uint64             // the users generation this connection last checked (reload.go: revoke)
 
-	// Network memory: the connection's share of the node's budget (package
-	// netmem: what it held at the end of its last pass, its pauses), and
-	// whether decoding stopped this pass.
-	mem     netmem.Holder
-	stopped bool
-	swallow int // bytes of a refused frame still to discard (refuseLarge, a text data block)
+	mem     netmem.Holder // its share of the node's network memory (netmem: what it held, its pauses)
+	stopped bool          // decoding stopped this pass (netmem pause, output full)
+	swallow int           // bytes of a refused frame still to discard (refuseLarge, a text data block)
 
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set (see park)
@@ -245,18 +241,22 @@ func (c *conn) outputFull() bool {
 func (c *conn) account() gnet.Action {
 	s := c.srv
 	lim := netmem.Limits{Budget: s.limits().MaxBufferBytes, ConnOutput: s.opts.MaxConnOutput,
-		ConnBuffer: s.opts.MaxConnBuffer}
-	if s.flow.Account(&c.mem, c.gc.InboundBuffered(), c.gc.OutboundBuffered(), c.stalled(), lim) {
+		ConnWaiting: netmem.WaitingInput, ConnBuffer: s.opts.MaxConnBuffer}
+	if s.flow.Account(&c.mem, c.gc.InboundBuffered(), c.gc.OutboundBuffered(), c.stall(), lim) {
 		return gnet.Close
 	}
 	return gnet.None
 }
 
-// stalled reports whether the connection's input waits for something other
-// than its own next bytes: a batch in flight, a throttled command, a stop
-// for output or memory, or a QUIT. It is not read meanwhile (netmem).
-func (c *conn) stalled() bool {
-	return c.inflight != nil || !c.parkedSince.IsZero() || c.stopped || c.quitting
+// stall is what the input waits for besides its own next bytes (netmem).
+func (c *conn) stall() netmem.Stall {
+	switch {
+	case c.queued || !c.parkedSince.IsZero():
+		return netmem.Waiting // for a ticket or the throttle
+	case c.inflight != nil || c.stopped || c.quitting:
+		return netmem.Busy // for a batch, an output stop or QUIT
+	}
+	return netmem.NotStalled
 }
 
 // peekFrame returns the next frame when it is all buffered, or its header
@@ -448,7 +448,7 @@ func (c *conn) collectBatch(b *work.Batch) {
 	if b == nil {
 		return
 	}
-	c.inflight = nil
+	c.inflight, c.queued = nil, false
 	c.out = append(c.out, b.Out...)
 	if b.Job == nil && b.Bucket != nil {
 		lat := stateOf(b.Bucket).latency()

@@ -105,11 +105,8 @@ func (c *conn) handleText() bool {
 		return true
 	}
 	for st := t.Next(); st != translate.Done; st = t.Next() {
-		if c.inflight != nil {
-			return false // a step queued for an ingress ticket: the rest waits for its answer
-		}
-		if (st == translate.Answer || st == translate.Control) && c.collect != nil {
-			return false // answer what came before first
+		if c.inflight != nil || (st == translate.Answer || st == translate.Control) && c.collect != nil {
+			return false // a step queued for a ticket, or one collected before an answer: answer it first
 		}
 		switch st {
 		case translate.Run:

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"kvd/command"
+	"kvd/internal/version"
 	mc "kvd/protocol/binary"
 	"kvd/protocol/text"
 	"kvd/protocol/translate"
@@ -45,7 +46,7 @@ func TestTextPipelineOrder(t *testing.T) {
 	got := drain(t, c, f)
 	want := "STORED\r\nVALUE a 5 2\r\nhi\r\nVALUE a 5 2\r\nhi\r\nEND\r\nMN\r\nERROR\r\nEND\r\n" +
 		"CLIENT_ERROR cannot increment or decrement non-numeric value\r\nHD c#\r\nVA 2\r\n11\r\nVA 2 t-1 f0\r\n11\r\n" +
-		"VERSION " + VersionReply + "\r\nDELETED\r\nSTORED\r\nNOT_STORED\r\nEXISTS\r\nVALUE a 0 1\r\nx\r\nEND\r\n"
+		"VERSION " + version.Reply + "\r\nDELETED\r\nSTORED\r\nNOT_STORED\r\nEXISTS\r\nVALUE a 0 1\r\nx\r\nEND\r\n"
 	if got = maskCAS(got); got != want {
 		t.Errorf("pipeline replies:\n got %q\nwant %q", got, want)
 	}
@@ -66,7 +67,7 @@ func TestTextRefusals(t *testing.T) {
 	}
 	f.in = append(f.in, strings.Repeat("x", 10)+"\r\nget big\r\nset k 0 0 3\r\nabcdef\r\nversion\r\n"...)
 	want := "STORED\r\nSERVER_ERROR object too large for cache\r\nEND\r\n" +
-		"CLIENT_ERROR bad data chunk\r\nERROR\r\nVERSION " + VersionReply + "\r\n"
+		"CLIENT_ERROR bad data chunk\r\nERROR\r\nVERSION " + version.Reply + "\r\n"
 	if got := drain(t, c, f); got != want {
 		t.Errorf("refusals:\n got %q\nwant %q", got, want)
 	}

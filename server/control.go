@@ -8,6 +8,7 @@ import (
 	"kvd/catalog"
 	"kvd/command"
 	"kvd/ingress"
+	"kvd/internal/version"
 	"kvd/observe"
 	mc "kvd/protocol/binary"
 	"kvd/protocol/text"
@@ -30,7 +31,7 @@ func (c *conn) handleControl(req *mc.Request) {
 	case mc.OpNoop, mc.OpVerbosity:
 		c.reply(req, mc.StatusOK, 0, nil, nil, nil)
 	case mc.OpVersion:
-		c.reply(req, mc.StatusOK, 0, nil, nil, []byte(VersionReply))
+		c.reply(req, mc.StatusOK, 0, nil, nil, []byte(version.Reply))
 	case mc.OpQuit:
 		c.reply(req, mc.StatusOK, 0, nil, nil, nil)
 		c.quitting = true
@@ -268,7 +269,7 @@ func (c *conn) textControl(cmd *text.Command) {
 	c.srv.ingress.Release(c.srv.ingress.StartExempt(ingress.Read, nil, now), now)
 	switch cmd.Kind {
 	case text.KindVersion:
-		c.out = text.AppendVersion(c.out, VersionReply)
+		c.out = text.AppendVersion(c.out, version.Reply)
 	case text.KindVerbosity:
 		c.out = text.AppendReply(c.out, cmd, nil, &text.Outcome{Status: text.StatusOK})
 	case text.KindQuit:

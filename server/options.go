@@ -15,17 +15,6 @@ import (
 	"kvd/tenant"
 )
 
-// Version is kvd's own version, as STAT reports it.
-const Version = "kvd-0.1.0"
-
-// VersionReply is what VERSION answers: the memcached release whose protocol
-// kvd speaks (Debian's 1.6.18, which the differential tests compare it
-// with), then kvd's own version. Clients parse a leading
-// "major.minor.micro" with a major above 0 (libmemcached's
-// memcached_version, and through it memcstat and memcping, fail on anything
-// else), and libmemcached reads at most 32 bytes of it.
-const VersionReply = "1.6.18 " + Version
-
 // BucketSpec is a bucket the server makes sure exists when it starts.
 type BucketSpec struct {
 	Name     string
@@ -196,13 +185,10 @@ type Limits struct {
 }
 
 func limitsOf(o *Options) *Limits {
-	return &Limits{
-		MaxConnections: o.MaxConnections, MaxConnectionsPerBucket: o.MaxConnectionsPerBucket,
+	return &Limits{MaxConnections: o.MaxConnections, MaxConnectionsPerBucket: o.MaxConnectionsPerBucket,
 		IdleTimeout: o.IdleTimeout, ReadUnitSize: o.ReadUnitSize, WriteUnitSize: o.WriteUnitSize,
 		MaxThrottleWait: o.MaxThrottleWait, AnonymousBucket: o.AnonymousBucket,
-		MetricsBucketLimit: o.MetricsBucketLimit,
-		MaxBufferBytes:     o.MaxBufferBytes,
-	}
+		MetricsBucketLimit: o.MetricsBucketLimit, MaxBufferBytes: o.MaxBufferBytes}
 }
 
 func (s *Server) limits() *Limits { return s.lim.Load() }

@@ -14,6 +14,7 @@ import (
 	"kvd/catalog"
 	"kvd/engine"
 	"kvd/ingress"
+	"kvd/internal/version"
 	"kvd/netmem"
 	"kvd/observe"
 	"kvd/tenant"
@@ -311,7 +312,7 @@ func (n node) Parts() observe.Parts {
 func (n node) Front() observe.Front {
 	s, lim, f := n.s, n.s.limits(), n.s.flow.Stats()
 	return observe.Front{
-		Now: s.opts.Now(), Started: s.started, PID: s.pid, Version: Version, Threads: s.opts.Loops,
+		Now: s.opts.Now(), Started: s.started, PID: s.pid, Version: version.Kvd, Threads: s.opts.Loops,
 		Conns: s.currConns.Load(), TotalConns: s.totalConns.Load(), MaxConns: lim.MaxConnections,
 		BucketLimit: lim.MetricsBucketLimit,
 		Buffers: observe.Buffers{Held: f.Held, Limit: lim.MaxBufferBytes, Paused: int64(f.Paused),
