@@ -45,7 +45,7 @@ var (
 	descItemLook  = desc("kvd_item_cache_lookups_total", "Item cache look-ups (GETs on the loop and on workers) by result (hit, miss).", "result")
 	descBufBytes  = desc("kvd_buffer_bytes", "Network memory: bytes held in connections' unread input and unsent replies (held) and the max_buffer_bytes budget (limit).", "state")
 	descPaused    = desc("kvd_connections_paused", "Connections paused now: not read or served because of max_buffer_bytes or max_conn_output.")
-	descPauses    = desc("kvd_connection_pauses_total", "Times connections were paused, by reason (memory: the node over max_buffer_bytes; output: unsent replies over the per-connection cap; input: not read while its input waited behind a running batch, a throttled command or an output stop).", "reason")
+	descPauses    = desc("kvd_connection_pauses_total", "Times connections were paused, by reason (memory: the node over max_buffer_bytes; output: unsent replies over the per-connection cap; input: not read while its commands waited behind a running batch or an output stop, or past 4 MiB for a ticket or the throttle).", "reason")
 	descMemClosed = desc("kvd_connections_closed_memory_total", "Connections closed for memory: the last resort over max_buffer_bytes, or one connection past its hard buffer limit.")
 	descItemEvict = desc("kvd_item_cache_evictions_total", "Items evicted from the item cache to stay within its budget.")
 )
