@@ -305,10 +305,15 @@ func TestPipelineOverTheConnectionLimit(t *testing.T) {
 	last := fmt.Sprintf("bulk%d", n-1)
 	reqs = append(reqs, reqWith(mc.OpGet, n, nil, last, ""), reqWith(mc.OpNoop, n+1, nil, "", ""))
 	want := []wantReply{{op: mc.OpGet, opaque: n, value: []byte(value), check: true}, {op: mc.OpNoop, opaque: n + 1}}
-	k := startKVD(t, configWith(t, testConfig, map[string]any{"node_capacity": 1_000_000_000}))
+	metrics := freeAddr(t)
+	k := startKVD(t, configWith(t, testConfig, map[string]any{"node_capacity": 1_000_000_000}), "--metrics-listen", metrics)
 	checkReplies(t, "kvd", runPipeline(t, k.Addr, nil, reqs, mc.MagicResponse), want)
-	if pauses := generalStat(t, k.Addr, "conn_pauses_input"); pauses == 0 {
+	pauses := generalStat(t, k.Addr, "conn_pauses_input")
+	if pauses == 0 {
 		t.Errorf("conn_pauses_input = 0 after a %d MB pipeline", n*size>>20)
+	}
+	if got, ok := sample(scrapeAll(t, metrics), `kvd_connection_pauses_total{reason="input"}`); !ok || got != float64(pauses) {
+		t.Errorf(`kvd_connection_pauses_total{reason="input"} = %v (found %v), want STAT's %d`, got, ok, pauses)
 	}
 	if closed := generalStat(t, k.Addr, "conns_closed_memory"); closed != 0 {
 		t.Errorf("conns_closed_memory = %d, want 0", closed)
