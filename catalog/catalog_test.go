@@ -146,6 +146,37 @@ func TestApplyFileNewerWins(t *testing.T) {
 	if a.Settings().HardLimit != 70 || f.cat.Node().Capacity != 700 {
 		t.Fatalf("changed file did not win: %+v %+v", a.Settings(), f.cat.Node())
 	}
+	// Run-time changes to other fields, then a file edit of one field: the
+	// edit overrides that field only.
+	rt := tenant.Settings{Reserved: 40, HardLimit: 70, MaxConcurrent: 3, Deadline: 50 * time.Millisecond}
+	if err := f.cat.SetBucketSettings(a, rt, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.cat.SetNode(tenant.NodeSettings{Capacity: 700, DefaultReserved: 100, DefaultHardLimit: 500}, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	file.Buckets[0].Settings.HardLimit = 90
+	file.Node.Capacity = 900
+	if err := f.cat.ApplyFile(file, "config"); err != nil {
+		t.Fatal(err)
+	}
+	rt.HardLimit = 90
+	if got := a.Settings(); got != rt {
+		t.Fatalf("a file edit of hard_limit made the bucket %+v, want %+v", got, rt)
+	}
+	if got, want := f.cat.Node(), (tenant.NodeSettings{Capacity: 900, DefaultReserved: 100, DefaultHardLimit: 500}); got != want {
+		t.Fatalf("a file edit of the capacity made the node %+v, want %+v", got, want)
+	}
+	// An edit that the run-time settings make invalid is refused whole.
+	file.Buckets[0].Settings.Reserved = 95 // > 90 is fine in the file, but with run-time hard_limit...
+	file.Buckets[0].Settings.HardLimit = 100
+	if err := f.cat.SetBucketSettings(a, tenant.Settings{Reserved: 40, HardLimit: 60}, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	file.Buckets[0].Settings.HardLimit = 90 // ...only reserved changed in the file: 95 > run-time 60
+	if err := f.cat.ApplyFile(file, "config"); err == nil || a.Settings().Reserved != 40 {
+		t.Fatalf("reserved above the run-time hard limit: err %v, settings %+v", err, a.Settings())
+	}
 	// Removing a bucket from the file keeps it.
 	file.Buckets = file.Buckets[1:]
 	if err := f.cat.ApplyFile(file, "config"); err != nil {

@@ -227,9 +227,18 @@ func (c *Cluster) fileOps(f ClusterFile, rec fileRecord, st prefixState) ([]clie
 	}
 	def := f.Node
 	def.Capacity = 0
-	_, exists := st.kvs[c.keys.node()]
+	kv, exists := st.kvs[c.keys.node()]
 	if take(rec.Defaults != nil, exists, rec.Defaults != nil && *rec.Defaults == def) {
-		ops = append(ops, c.nodeOps(f.Node)[0])
+		n := f.Node
+		if rec.Defaults != nil && exists { // the file's edits over the cluster's defaults
+			var cur nodeSettings
+			if err := json.Unmarshal(kv.Value, &cur); err != nil {
+				return nil, rec, fmt.Errorf("catalog: etcd key %s: %w", kv.Key, err)
+			}
+			n = fileEdits(cur, *rec.Defaults, def)
+			n.Capacity = f.Node.Capacity
+		}
+		ops = append(ops, c.nodeOps(n)[0])
 	}
 	if rec.Defaults == nil || newer {
 		next.Defaults = &def
@@ -259,9 +268,23 @@ func (c *Cluster) fileBucketOps(f ClusterFile, rec fileRecord, next *fileRecord,
 			return nil, err
 		}
 		prev, applied := rec.Buckets[name]
-		_, exists := st.kvs[c.keys.bucket(name)]
+		kv, exists := st.kvs[c.keys.bucket(name)]
 		if take(applied, exists, string(prev) == string(raw)) {
-			ops = append(ops, clientv3.OpPut(c.keys.bucket(name), string(raw)))
+			put := raw
+			if applied && exists { // the file's edits over the cluster's settings
+				cur, err := tenant.ParseSettings(kv.Value, tenant.Settings{})
+				if err != nil {
+					return nil, fmt.Errorf("catalog: etcd key %s: %w", kv.Key, err)
+				}
+				merged, err := mergeFileSettings(cur, prev, set)
+				if err != nil {
+					return nil, fmt.Errorf("bucket %q: %w", name, err)
+				}
+				if put, err = merged.MarshalJSON(); err != nil {
+					return nil, err
+				}
+			}
+			ops = append(ops, clientv3.OpPut(c.keys.bucket(name), string(put)))
 		}
 		if !applied || newer {
 			next.Buckets[name] = raw

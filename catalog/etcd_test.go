@@ -295,11 +295,24 @@ func TestClusterReconcileFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("newer file edit", 6000)
+	// A run-time change of another field, then a newer edit of reserved
+	// alone: the edit takes reserved only.
+	if err := n1.setBucketSettings(bg, "app", tenant.Settings{Reserved: 6000, HardLimit: 9000, MaxConcurrent: 4}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "run-time hard limit", func() bool { s, _ := n2.fake.bucket("app"); return s.HardLimit == 9000 })
+	if err := n2.ReconcileFile(file(6500, t0.Add(90*time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	check("newer edit of reserved", 6500)
+	if s, _ := n1.fake.bucket("app"); s.HardLimit != 9000 || s.MaxConcurrent != 4 {
+		t.Fatalf("an edit of reserved reverted the run-time hard limit and queue: %+v", s)
+	}
 	// A bucket deleted at run time stays deleted while its entry is unchanged.
 	if err := n1.deleteBucket(bg, "default"); err != nil {
 		t.Fatal(err)
 	}
-	if err := n1.ReconcileFile(file(6000, t0.Add(2*time.Hour))); err != nil {
+	if err := n1.ReconcileFile(file(6500, t0.Add(2*time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)

@@ -60,8 +60,8 @@ func appliedOf(f *File) (applied, error) {
 
 // ApplyFile makes the catalog follow the config file where the file changed
 // since it was last applied (or everywhere, the first time): node throttle,
-// bucket settings, new buckets. Values the file did not change keep their
-// run-time settings; buckets missing from the file keep their data. who
+// bucket settings, new buckets, field by field. Values the file did not
+// change keep their run-time settings; buckets missing from the file keep their data. who
 // names the change in the log. On error nothing after the failing step is
 // applied. In a cluster the file meets etcd instead (see the package
 // comment), and ApplyFile returns once this node has applied the result.
@@ -79,8 +79,12 @@ func (c *Catalog) ApplyFile(f File, who string) error {
 	if err != nil {
 		return err
 	}
-	if (!havePrev || want.Node != prev.Node) && want.Node != c.Node() {
-		if err := c.setNodeLocked(want.Node, who); err != nil {
+	node := want.Node
+	if havePrev {
+		node = fileEdits(c.Node(), prev.Node, want.Node)
+	}
+	if node != c.Node() {
+		if err := c.setNodeLocked(node, who); err != nil {
 			return err
 		}
 	}
@@ -90,7 +94,7 @@ func (c *Catalog) ApplyFile(f File, who string) error {
 			fresh = append(fresh, spec)
 			continue
 		}
-		if err := c.applySpecLocked(spec, prev.Buckets[spec.Name], want.Buckets[spec.Name], who); err != nil {
+		if err := c.applySpecLocked(spec, prev.Buckets[spec.Name], who); err != nil {
 			return fmt.Errorf("bucket %q: %w", spec.Name, err)
 		}
 	}
@@ -104,16 +108,53 @@ func (c *Catalog) ApplyFile(f File, who string) error {
 	return c.db.PutMeta(appliedMetaKey, raw)
 }
 
-func (c *Catalog) applySpecLocked(spec Spec, prev, want json.RawMessage, who string) error {
+// applySpecLocked makes bucket spec.Name follow the fields of its settings
+// that changed in the file since prev (the file's settings when last
+// applied; nil: never, and the file's settings apply whole).
+func (c *Catalog) applySpecLocked(spec Spec, prev json.RawMessage, who string) error {
 	b, ok := c.Get(spec.Name)
 	if !ok {
 		_, err := c.createLocked(spec.Name, spec.Settings, who)
 		return err
 	}
-	if prev != nil && string(prev) == string(want) || reflect.DeepEqual(b.Settings(), spec.Settings) {
-		return nil // unchanged in the file, or already so: run-time changes stand
+	set, err := mergeFileSettings(b.Settings(), prev, spec.Settings)
+	if err != nil || set == b.Settings() {
+		return err
 	}
-	return c.setBucketLocked(b, spec.Settings, who)
+	return c.setBucketLocked(b, set, who)
+}
+
+// mergeFileSettings returns cur with the fields the file changed since
+// prev (the file's settings when last applied, as Settings.MarshalJSON
+// wrote them; nil: none, and want applies whole) set to want's.
+func mergeFileSettings(cur tenant.Settings, prev json.RawMessage, want tenant.Settings) (tenant.Settings, error) {
+	if prev == nil {
+		return want, nil
+	}
+	old, err := tenant.ParseSettings(prev, tenant.Settings{})
+	if err != nil {
+		return cur, fmt.Errorf("the settings last applied from the file: %w", err)
+	}
+	set := fileEdits(cur, old, want)
+	if err := set.Validate(); err != nil {
+		return cur, fmt.Errorf("the file's changes with the settings changed at run time: %w", err)
+	}
+	return set, nil
+}
+
+// fileEdits returns cur, a settings struct of plain fields, with every
+// field that differs between prev (what the file said when last applied)
+// and want (what it says now) set to want's: an edit to one field of the
+// file overrides that field only, and the fields it did not touch keep
+// their run-time values.
+func fileEdits[T any](cur, prev, want T) T {
+	c, p, w := reflect.ValueOf(&cur).Elem(), reflect.ValueOf(prev), reflect.ValueOf(want)
+	for i := range c.NumField() {
+		if !p.Field(i).Equal(w.Field(i)) {
+			c.Field(i).Set(w.Field(i))
+		}
+	}
+	return cur
 }
 
 func (c *Catalog) loadApplied() (applied, bool, error) {

@@ -67,21 +67,17 @@ func (c *conn) handleControl(req *mc.Request) {
 	}
 }
 
-// saslAuth checks the form of PLAIN credentials on the loop and starts the
-// login (startLogin).
+// saslAuth checks PLAIN credentials' form on the loop and starts the login.
 func (c *conn) saslAuth(req *mc.Request) {
-	if string(req.Key) != "PLAIN" {
-		c.replyError(req, mc.StatusAuthError, "unsupported mechanism: use PLAIN")
-		return
-	}
-	if bytes.Count(req.Value, []byte{0}) < 2 {
-		c.replyError(req, mc.StatusAuthError, "malformed PLAIN credentials")
+	name, password, err := tenant.ParsePlain(string(req.Key), req.Value)
+	if err != nil {
+		c.anonymous() // a refused login ends the identity the connection had
+		c.replyError(req, mc.StatusAuthError, err.Error())
 		return
 	}
 	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
 	r := b.Add(req)
-	parts := bytes.SplitN(r.Value, []byte{0}, 3)
-	c.startLogin(b, string(parts[1]), parts[2], false, func(err error) {
+	c.startLogin(b, name, bytes.Clone(password), false, func(err error) {
 		if err != nil {
 			st, reason := command.StatusOf(err)
 			b.Out = c.enc.Error(b.Out, r.Hdr, st, reason, nil)
@@ -91,12 +87,10 @@ func (c *conn) saslAuth(req *mc.Request) {
 	})
 }
 
-// startLogin hands the verification of name's password to the login gate
-// (tenant.LoginGate), which paces attempts per remote address and verifies
-// them on its own small pool; b, the connection's batch in flight meanwhile,
-// comes back with the answer that answer encodes. On success the login is
-// applied on the loop when b is collected (login). A connection already
-// closed is not verified.
+// startLogin hands name's password to the login gate (tenant.LoginGate: paced
+// per remote address, verified on its own pool); b, the connection's batch in
+// flight meanwhile, comes back with answer's reply, and the login (or on
+// failure anonymous) applies on the loop when b is collected.
 func (c *conn) startLogin(b *work.Batch, name string, password []byte, anyBucket bool, answer func(err error)) {
 	c.inflight = b
 	c.srv.logins.Submit(c.remote, func() bool {
@@ -107,6 +101,7 @@ func (c *conn) startLogin(b *work.Batch, name string, password []byte, anyBucket
 		user, err := c.srv.users.Authenticate(name, password)
 		if err != nil {
 			c.srv.log.Warn("login refused", "user", name, "remote", c.remote)
+			b.After = c.anonymous // a refused login ends the identity the connection had
 		} else {
 			b.After = func() { c.login(user, anyBucket); c.usersGen = gen }
 		}
@@ -119,8 +114,7 @@ func (c *conn) startLogin(b *work.Batch, name string, password []byte, anyBucket
 // bucket named after the user when there is one the user may use, and with
 // anyBucket (text's login) otherwise the user's first bucket in name order.
 func (c *conn) login(user *tenant.User, anyBucket bool) {
-	c.user = user
-	c.unthrottled = user.Privileges.Has(tenant.PrivUnthrottled)
+	c.user, c.unthrottled = user, user.Privileges.Has(tenant.PrivUnthrottled)
 	c.deselect()
 	b, ok := c.srv.cat.Get(user.Name)
 	if (!ok || !user.CanSelect(b.Name())) && anyBucket {
@@ -129,6 +123,17 @@ func (c *conn) login(user *tenant.User, anyBucket bool) {
 		}
 	}
 	if ok && user.CanSelect(b.Name()) {
+		c.selectBucket(b)
+	}
+}
+
+// anonymous makes a new connection, or one whose login was refused (Couchbase
+// restarts authentication at each SASL_AUTH), unauthenticated, on the
+// anonymous bucket if there is one.
+func (c *conn) anonymous() {
+	c.user, c.unthrottled = nil, false
+	c.deselect()
+	if b, ok := c.srv.cat.Get(c.srv.limits().AnonymousBucket); ok {
 		c.selectBucket(b)
 	}
 }
@@ -374,8 +379,7 @@ func (c *conn) revalidate() {
 		return
 	}
 	old := c.user.Privileges
-	c.user = u
-	c.unthrottled = u.Privileges.Has(tenant.PrivUnthrottled)
+	c.user, c.unthrottled = u, u.Privileges.Has(tenant.PrivUnthrottled)
 	if old != u.Privileges {
 		c.srv.log.Info("privileges changed", "by", "config", "remote", c.remote, "user", name,
 			"from", old.String(), "to", u.Privileges.String())

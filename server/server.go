@@ -193,11 +193,7 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	c := newConn(s, gc, remote)
 	gc.SetContext(c)
 	s.conns.Store(c, struct{}{})
-	if name := s.limits().AnonymousBucket; name != "" {
-		if b, ok := s.cat.Get(name); ok {
-			c.selectBucket(b)
-		}
-	}
+	c.anonymous()
 	return nil, gnet.None
 }
 

@@ -96,6 +96,8 @@ func TestParseNodeThrottle(t *testing.T) {
 		{`{"capacity": -1}`, cur, "capacity must be a non-negative integer, got -1"},
 		{`{"capacity": 1.5}`, cur, "capacity must be a non-negative integer, got 1.5"},
 		{`{"capacity": 1, "bogus": 2}`, cur, `unknown field "bogus"`},
+		{`{"capacity": 0}`, cur, "capacity must be positive, got 0"},
+		{`{"capacity": 1, "capacity": 25000}`, cur, `duplicate field "capacity"`},
 		{`[1]`, cur, "value must be a JSON object"},
 		{`{"capacity":`, cur, "value is not valid JSON"},
 		{`{"capacity": 1}` + strings.Repeat(" ", MaxThrottleDocLen), cur, "value is 1039 bytes, over the 1024 byte limit"},
@@ -130,6 +132,7 @@ func TestParseBucketThrottle(t *testing.T) {
 		{`{"reserved": 1e3}`, 0, 0, "reserved must be a non-negative integer, got 1e3"},
 		{`{"hard_limit": -5}`, 0, 0, "hard_limit must be a non-negative integer, got -5"},
 		{`{"capacity": 5}`, 0, 0, `unknown field "capacity"`},
+		{`{"reserved": 100, "reserved": 50}`, 0, 0, `duplicate field "reserved"`},
 		{`"x"`, 0, 0, "value must be a JSON object"},
 		{`{`, 0, 0, "value is not valid JSON"},
 	} {

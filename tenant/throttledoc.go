@@ -3,6 +3,7 @@ package tenant
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -176,6 +177,9 @@ func ParseNodeThrottle(value []byte, cur NodeSettings) (NodeSettings, error) {
 		if next.Capacity, err = countField(f, fieldCapacity); err != nil {
 			return cur, err
 		}
+		if next.Capacity == 0 { // as node_capacity in the config file
+			return cur, docErrorf("%s must be positive, got 0", fieldCapacity)
+		}
 	}
 	r, h := doc.Get(fieldDefaultReserved), doc.Get(fieldDefaultHardLimit)
 	if r.Exists() != h.Exists() {
@@ -213,14 +217,18 @@ func throttleDoc(value []byte, allowed ...string) (gjson.Result, error) {
 		return gjson.Result{}, &docError{"value must be a JSON object"}
 	}
 	var err error
+	seen := make([]bool, len(allowed))
 	doc.ForEach(func(k, _ gjson.Result) bool {
-		for _, a := range allowed {
-			if k.Str == a {
-				return true
-			}
+		i := slices.Index(allowed, k.Str)
+		switch {
+		case i < 0:
+			err = docErrorf("unknown field %q", k.Str)
+		case seen[i]: // gjson would read the first: refuse, as the config file does
+			err = docErrorf("duplicate field %q", k.Str)
+		default:
+			seen[i] = true
 		}
-		err = docErrorf("unknown field %q", k.Str)
-		return false
+		return err == nil
 	})
 	return doc, err
 }

@@ -1,6 +1,8 @@
 package tenant
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"math/bits"
 	"strings"
@@ -213,4 +215,21 @@ func (us *Users) Authenticate(name string, password []byte) (*User, error) {
 		return nil, ErrAuthFailed
 	}
 	return u, nil
+}
+
+// ParsePlain reads SASL PLAIN credentials (RFC 4616): authzid NUL authcid
+// NUL password. The mechanism must be PLAIN and the authorization identity
+// empty or the user's own: a user cannot ask to act as another. Errors say
+// why, for the client.
+func ParsePlain(mech string, value []byte) (name string, password []byte, err error) {
+	parts := bytes.SplitN(value, []byte{0}, 3)
+	switch {
+	case mech != "PLAIN":
+		return "", nil, errors.New("unsupported mechanism: use PLAIN")
+	case len(parts) < 3:
+		return "", nil, errors.New("malformed PLAIN credentials")
+	case len(parts[0]) > 0 && !bytes.Equal(parts[0], parts[1]):
+		return "", nil, errors.New("PLAIN authorization identity must be empty or the user's own")
+	}
+	return string(parts[1]), parts[2], nil
 }

@@ -3,6 +3,7 @@ package tenant
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -268,5 +269,24 @@ func TestShippedConfigUsers(t *testing.T) {
 	}
 	if len(want) != 0 {
 		t.Errorf("shipped config lacks users %v", want)
+	}
+}
+
+func TestParsePlain(t *testing.T) {
+	for _, tc := range []struct {
+		mech, value, name, password, err string
+	}{
+		{"PLAIN", "\x00alice\x00pw", "alice", "pw", ""},
+		{"PLAIN", "alice\x00alice\x00pw", "alice", "pw", ""},
+		{"PLAIN", "\x00alice\x00p\x00w", "alice", "p\x00w", ""},
+		{"PLAIN", "admin\x00alice\x00pw", "", "", "PLAIN authorization identity must be empty or the user's own"},
+		{"PLAIN", "alice\x00pw", "", "", "malformed PLAIN credentials"},
+		{"CRAM-MD5", "\x00alice\x00pw", "", "", "unsupported mechanism: use PLAIN"},
+	} {
+		name, pw, err := ParsePlain(tc.mech, []byte(tc.value))
+		if got := fmt.Sprint(err); (tc.err == "" && err != nil) || (tc.err != "" && got != tc.err) ||
+			name != tc.name || string(pw) != tc.password {
+			t.Errorf("%s %q: %q, %q, %v; want %q, %q, %q", tc.mech, tc.value, name, pw, err, tc.name, tc.password, tc.err)
+		}
 	}
 }

@@ -42,6 +42,35 @@ func TestUnauthenticatedStatRefused(t *testing.T) {
 	}
 }
 
+// TestRefusedLoginEndsIdentity: a connection whose SASL_AUTH is refused is
+// unauthenticated again (Couchbase restarts authentication at each
+// SASL_AUTH): an admin who retries with a wrong password keeps no admin
+// rights. PLAIN's authorization identity must be empty or the user's own.
+func TestRefusedLoginEndsIdentity(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, throttleConfig(t, nil, bucketConfig("app", nil, nil)))
+	c := dialRaw(t, k.Addr)
+	setNode := &mc.Request{Magic: mc.MagicRequest, Opcode: mc.OpSetNodeThrottle, Value: []byte(`{"capacity": 30000}`)}
+	c.auth("admin", "admin-pw")
+	c.expectStatus("admin's 0x2c", setNode, mc.StatusOK)
+	c.expectStatus("admin again with a wrong password", saslReq("admin", "wrong"), mc.StatusAuthError)
+	c.expectStatus("0x2c after the refused login", setNode, mc.StatusAccessDenied)
+	c.expectStatus("STAT after the refused login", statReq(""), mc.StatusAccessDenied)
+	c.auth("admin", "admin-pw")
+	c.expectStatus("unsupported mechanism", &mc.Request{Magic: mc.MagicRequest, Opcode: mc.OpSASLAuth,
+		Key: []byte("SCRAM-SHA1"), Value: []byte("x")}, mc.StatusAuthError)
+	c.expectStatus("0x2c after a refused mechanism", setNode, mc.StatusAccessDenied)
+	as := func(authz, user, pw string) *mc.Request {
+		return &mc.Request{Magic: mc.MagicRequest, Opcode: mc.OpSASLAuth, Key: []byte("PLAIN"),
+			Value: []byte(authz + "\x00" + user + "\x00" + pw)}
+	}
+	if r := c.expectStatus("alice asking to act as admin", as("admin", "alice", "alice-pw"), mc.StatusAuthError); !strings.Contains(string(r.Value), "authorization identity") {
+		t.Errorf("authzid refusal says %q", r.Value)
+	}
+	c.expectStatus("admin naming itself", as("admin", "admin", "admin-pw"), mc.StatusOK)
+	c.expectStatus("0x2c after logging in again", setNode, mc.StatusOK)
+}
+
 // dialFrom dials addr from the loopback address local (127.0.0.0/8 is all
 // loopback), so that the server sees a remote address of its own.
 func dialFrom(t testing.TB, local, addr string) *rawConn {

@@ -20,6 +20,7 @@ const watchPeriod = 2 * time.Second
 type watcher struct {
 	path    string
 	last    []byte
+	misses  int // consecutive checks that could not read the file
 	listen  string
 	dataDir string
 	srv     *server.Server
@@ -29,11 +30,23 @@ type watcher struct {
 }
 
 // changed returns the file's bytes when they differ from the last seen,
-// which become the last seen.
+// which become the last seen. A file that cannot be read keeps the running
+// config; that is logged once it lasts two checks (a file being replaced
+// may be briefly missing), and again when the file is back.
 func (w *watcher) changed() ([]byte, bool) {
 	data, err := os.ReadFile(w.path)
-	if err != nil || bytes.Equal(data, w.last) {
-		return nil, false // a file being replaced may be briefly missing: keep what runs
+	if err != nil {
+		if w.misses++; w.misses == 2 {
+			w.log.Warn("config file unreadable, running config kept", "file", w.path, "err", err)
+		}
+		return nil, false
+	}
+	if w.misses >= 2 {
+		w.log.Info("config file readable again", "file", w.path)
+	}
+	w.misses = 0
+	if bytes.Equal(data, w.last) {
+		return nil, false
 	}
 	w.last = data
 	return data, true

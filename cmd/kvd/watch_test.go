@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -30,5 +32,29 @@ func TestWatcherStartsFromTheLoadedConfig(t *testing.T) {
 	}
 	if data, ok := w.changed(); ok {
 		t.Fatalf("second check of an unchanged file: %q", data)
+	}
+}
+
+// TestWatcherReportsAnUnreadableFile: a config file that stays missing is
+// logged once (not at the first check: a replaced file may be briefly
+// missing), the running config is kept, and its return is logged too.
+func TestWatcherReportsAnUnreadableFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "serverless.json")
+	loaded := []byte(`{"node_capacity": 25000}`)
+	var logs bytes.Buffer
+	w := newWatcher(path, loaded, "", "", nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	for i := range 4 {
+		if _, ok := w.changed(); ok {
+			t.Fatal("a missing file reported as changed")
+		}
+		if n := strings.Count(logs.String(), "config file unreadable"); n != min(i, 1) {
+			t.Fatalf("after %d checks of a missing file, %d warnings: %s", i+1, n, logs.String())
+		}
+	}
+	if err := os.WriteFile(path, loaded, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := w.changed(); ok || !strings.Contains(logs.String(), "config file readable again") {
+		t.Fatalf("the file back as it was: changed %v, log %s", ok, logs.String())
 	}
 }
