@@ -61,6 +61,7 @@ type DB struct {
 	pebbleOK bool // guarded by openMu
 
 	sweepStop chan struct{} // closed by Close to stop the sweeper
+	reclaimed time.Time     // the sweeper's last reclaim (space.go); only it touches it
 	sweepDone chan struct{} // closed by the sweeper when it exits
 }
 

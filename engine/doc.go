@@ -74,6 +74,11 @@
 // Writes succeed again by themselves once the free space is back above the
 // reserve (the guard looks again on every refused write). Reads are never
 // refused. One log line marks entering and one leaving the full state.
+// Overwritten and deleted items hold space until a compaction drops them,
+// and with writes refused none may start, so while the guard refuses
+// writes the sweeper flushes and compacts the whole store every
+// reclaimInterval (DB.reclaim). On a small disk the L0 compaction
+// threshold is lowered so that L0 holds at most 1/8 of the filesystem.
 //
 // At Open, with less than half the reserve free, Pebble could not even
 // replay its WAL: Open logs one line and opens Pebble read-only (reads

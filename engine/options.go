@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,6 +90,10 @@ type Options struct {
 
 	// fs replaces Pebble's filesystem; set by tests only.
 	fs vfs.FS
+
+	// l0Threshold is the L0 file count that starts a compaction into
+	// Lbase: l0CompactionThreshold, lower on a small disk (sizeForDisk).
+	l0Threshold int
 }
 
 // EnsureDefaults sets every zero-valued field to its default.
@@ -159,7 +164,7 @@ func (o *Options) pebbleOptions() *pebble.Options {
 	// before: it never overwrites), three alternated rounds: +8% TPS, user
 	// CPU per op -19%, system -11% against Pebble's defaults (4 L0 files,
 	// stop at 12, 64 MiB Lbase).
-	po.L0CompactionThreshold = l0CompactionThreshold
+	po.L0CompactionThreshold = cmp.Or(o.l0Threshold, l0CompactionThreshold)
 	po.L0StopWritesThreshold = l0StopWritesThreshold
 	po.LBaseMaxBytes = lBaseMaxBytes
 	// No value separation (blob files). It cut the bytes written to disk

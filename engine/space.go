@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,14 @@ const (
 	// memTableDiskShare: at Open MemTableSize is capped at 1/16 of the
 	// filesystem, so a full memtable's flush fits in the reserve.
 	memTableDiskShare = 16
+	// l0DiskShare: at Open the L0 data that starts a compaction (the L0
+	// threshold × MemTableSize) is kept within 1/8 of the filesystem, so
+	// that overwritten and deleted items are compacted away well before
+	// the reserve refuses writes.
+	l0DiskShare = 8
+	// reclaimInterval: while writes are refused for space, the sweeper
+	// compacts the whole store at most this often (DB.reclaim).
+	reclaimInterval = 30 * time.Second
 	// backgroundErrorBackoff is how long Pebble's background goroutine
 	// waits after an ENOSPC flush or compaction error before it retries.
 	backgroundErrorBackoff = time.Second
@@ -175,7 +184,42 @@ func (o *Options) sizeForDisk(fs vfs.FS) error {
 	if o.DiskReserve == 0 {
 		o.DiskReserve = max(min(total/4, maxDefaultReserve), 4*o.MemTableSize)
 	}
+	o.l0Threshold = int(min(l0CompactionThreshold, max(2, total/l0DiskShare/o.MemTableSize)))
 	return nil
+}
+
+// reclaim compacts the whole store while writes are refused for space, at
+// most once every reclaimInterval (the sweeper calls it). Overwritten and
+// deleted items keep their space until a compaction drops them, and with
+// writes refused none may start: deletes alone may never fill a memtable,
+// and L0 may stay under its threshold. The reserve is what the compaction
+// needs. It stops when Close does.
+func (db *DB) reclaim(now time.Time) {
+	g := db.space
+	if g == nil || g.readOnly || !g.full.Load() || now.Sub(db.reclaimed) < reclaimInterval {
+		return
+	}
+	db.reclaimed = now
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-db.sweepStop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	before, _ := g.refresh()
+	err := db.pdb.Flush()
+	if err == nil {
+		err = db.pdb.Compact(ctx, []byte{0}, []byte{0xff}, true) // every key starts with a kind byte
+	}
+	after, _ := g.refresh()
+	db.log.Warn("engine: disk full: compacted the store to reclaim overwritten and deleted items",
+		"dir", g.dir, "free_bytes_before", before, "free_bytes_after", after, "reserve_bytes", g.reserve, "err", err)
+	if after >= g.reserve {
+		g.setFull(false, after)
+	}
 }
 
 // fatalPanic is what pebbleLogger.Fatalf panics with; DB.commit recovers it.

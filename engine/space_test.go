@@ -237,3 +237,50 @@ func TestAdmitAllocs(t *testing.T) {
 		t.Fatalf("admit allocates %v times per call", allocs)
 	}
 }
+
+// TestDiskFullReclaims: on a small disk the L0 threshold follows the disk
+// and overwrites do not fill it; a store filled with items that are then
+// deleted gets its space back through DB.reclaim (the sweeper's), without
+// a restart. Without reclaim it stayed full for good: deletes alone never
+// fill a memtable, and nothing started a compaction.
+func TestDiskFullReclaims(t *testing.T) {
+	mnt := mountTmpfs(t, "64m")
+	logs := &lockedBuffer{}
+	db := openOn(t, filepath.Join(mnt, "data"), logs)
+	if po := db.opts.pebbleOptions(); po.L0CompactionThreshold != 2 {
+		t.Fatalf("L0 threshold on a 64 MiB disk: %d, want 2 (memtable %d)", po.L0CompactionThreshold, db.opts.MemTableSize)
+	}
+	b := newBucketT(t, db, "b")
+	val := make([]byte, 256<<10)
+	for i := range 1000 { // 250 MiB over 16 keys
+		_, err := b.Store(ModeSet, fmt.Appendf(nil, "k%02d", i%16), val, 0, 0, 0, t0)
+		if err == nil && i%16 == 15 {
+			err = db.SyncWAL()
+		}
+		if err != nil {
+			t.Fatalf("overwrite %d of 16 keys of 256 KiB on a 64 MiB disk: %v", i, err)
+		}
+	}
+	acked := map[string][]byte{}
+	if err := fillUntilFull(t, db, b, "a", acked); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("fill: %v, want ErrNoSpace", err)
+	}
+	for k := range acked {
+		if err := b.Delete([]byte(k), 0, t0); err != nil {
+			t.Fatalf("delete %s on the full disk: %v", k, err)
+		}
+	}
+	if _, err := b.Store(ModeSet, []byte("x"), val, 0, 0, 0, t0); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("write after the deletes, before reclaiming: %v, want ErrNoSpace", err)
+	}
+	db.reclaim(time.Now().Add(time.Hour))
+	if db.Full() {
+		t.Fatalf("still full after reclaiming %d deleted items of 256 KiB; logs:\n%s", len(acked), logs)
+	}
+	if _, err := b.Store(ModeSet, []byte("x"), val, 0, 0, 0, t0); err != nil {
+		t.Fatalf("write after reclaiming: %v", err)
+	}
+	if !bytes.Contains([]byte(logs.String()), []byte("compacted the store to reclaim")) {
+		t.Errorf("no log line for the reclaim:\n%s", logs)
+	}
+}

@@ -21,6 +21,7 @@ func (db *DB) sweepLoop() {
 	defer t.Stop()
 	for {
 		db.sweep(unixSeconds(db.opts.Now()))
+		db.reclaim(time.Now())
 		select {
 		case <-db.sweepStop:
 			return
