@@ -278,11 +278,9 @@ func (c *conn) peekFrame() []byte {
 	return buf
 }
 
-// refuseLarge answers a storage command whose value cannot fit
-// max_item_size as soon as its header is in (0x03 "value too large", as
-// precheck would once it all arrived), and swallows its body as it comes,
-// the way memcached does: a client that announces a large value and stalls
-// costs a header, and one that sends it costs no buffer.
+// refuseLarge answers at its header a storage command whose value cannot fit
+// max_item_size (0x03) or a command that takes no value but announces one
+// (0x04), and swallows the body as it comes (as memcached): no buffer held.
 func (c *conn) refuseLarge(hdr []byte) bool {
 	if len(hdr) < binary.HeaderLen {
 		return false
@@ -293,10 +291,13 @@ func (c *conn) refuseLarge(hdr []byte) bool {
 		if valueLen <= c.srv.opts.MaxItemSize {
 			return false
 		}
+		c.replyError(&req, binary.StatusTooBig, "value too large")
 	default:
-		return false
+		if valueLen <= 0 || !binary.ValueForbidden(req.Opcode) {
+			return false
+		}
+		c.replyError(&req, binary.StatusInvalidArguments, req.Opcode.String()+" must not have a value")
 	}
-	c.replyError(&req, binary.StatusTooBig, "value too large")
 	c.swallow = binary.FrameLen(hdr)
 	c.swallowBody()
 	return true

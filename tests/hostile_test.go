@@ -488,3 +488,29 @@ func TestHostileFrameAtCap(t *testing.T) {
 	wantUsable(t, c)
 	c.expectStatus("GET at-cap", reqWith(mc.OpGet, 68, nil, key, ""), mc.StatusKeyNotFound)
 }
+
+// TestValueOnAValuelessCommandRefusedAtHeader: a GET (or DELETE, NOOP…)
+// whose header announces a value is answered 0x04 at its header, as
+// memcached does, and its body is discarded as it comes instead of being
+// buffered: a client that announces 19 MB and stalls costs a header.
+func TestValueOnAValuelessCommandRefusedAtHeader(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, testConfig)
+	c := dialRaw(t, k.Addr)
+	const body = 19_000_000
+	hdr := mc.AppendRequest(nil, reqWith(mc.OpGet, 91, nil, "k", ""))[:mc.HeaderLen]
+	n := uint32(body)
+	hdr[8], hdr[9], hdr[10], hdr[11] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
+	if _, err := c.nc.Write(append(hdr, 'k')); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.tryRecv(5 * time.Second)
+	if err != nil || res.Status != mc.StatusInvalidArguments || res.Opaque != 91 ||
+		!strings.Contains(string(res.Value), "must not have a value") {
+		t.Fatalf("GET announcing a %d-byte body, before it: %+v, %v; want 0x04 at once", body, res, err)
+	}
+	if _, err := c.nc.Write(make([]byte, body-1)); err != nil { // the rest, discarded
+		t.Fatal(err)
+	}
+	wantUsable(t, c)
+}

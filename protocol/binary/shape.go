@@ -79,6 +79,12 @@ func CheckShape(req *Request) error {
 	return s.value.check(req.Opcode, "value", len(req.Value))
 }
 
+// ValueForbidden reports whether op is a known command that takes no value
+// (GET, DELETE, NOOP, …): a header announcing one is refused at once.
+func ValueForbidden(op Opcode) bool {
+	return opTable[op].known && opTable[op].shape.value == forbidden
+}
+
 // check applies r to a part of n bytes called what.
 func (r rule) check(op Opcode, what string, n int) error {
 	switch {
