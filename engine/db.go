@@ -61,7 +61,7 @@ type DB struct {
 	pebbleOK bool // guarded by openMu
 
 	sweepStop chan struct{} // closed by Close to stop the sweeper
-	reclaimed time.Time     // the sweeper's last reclaim (space.go); only it touches it
+	reclaimed atomic.Int64  // when the last reclaim started, Unix ns (space.go)
 	sweepDone chan struct{} // closed by the sweeper when it exits
 }
 

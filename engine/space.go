@@ -195,11 +195,11 @@ func (o *Options) sizeForDisk(fs vfs.FS) error {
 // and L0 may stay under its threshold. The reserve is what the compaction
 // needs. It stops when Close does.
 func (db *DB) reclaim(now time.Time) {
-	g := db.space
-	if g == nil || g.readOnly || !g.full.Load() || now.Sub(db.reclaimed) < reclaimInterval {
+	g, last := db.space, db.reclaimed.Load()
+	if g == nil || g.readOnly || !g.full.Load() || now.UnixNano()-last < int64(reclaimInterval) ||
+		!db.reclaimed.CompareAndSwap(last, now.UnixNano()) {
 		return
 	}
-	db.reclaimed = now
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
