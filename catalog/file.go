@@ -61,9 +61,9 @@ func appliedOf(f *File) (applied, error) {
 // ApplyFile makes the catalog follow the config file where the file changed
 // since it was last applied (or everywhere, the first time): node throttle,
 // bucket settings, new buckets, field by field. Values the file did not
-// change keep their run-time settings; buckets missing from the file keep their data. who
-// names the change in the log. On error nothing after the failing step is
-// applied. In a cluster the file meets etcd instead (see the package
+// change keep their run-time settings; buckets missing from the file keep
+// their data. who names the change in the log. On error nothing after the
+// failing step is applied. In a cluster the file meets etcd instead (see the package
 // comment), and ApplyFile returns once this node has applied the result.
 func (c *Catalog) ApplyFile(f File, who string) error {
 	if cl := c.cl.Load(); cl != nil {
