@@ -235,8 +235,7 @@ func (c *Cluster) fileOps(f ClusterFile, rec fileRecord, st prefixState) ([]clie
 			if err := json.Unmarshal(kv.Value, &cur); err != nil {
 				return nil, rec, fmt.Errorf("catalog: etcd key %s: %w", kv.Key, err)
 			}
-			n = fileEdits(cur, *rec.Defaults, def)
-			n.Capacity = f.Node.Capacity
+			n = fileEdits(cur, *rec.Defaults, def) // nodeOps(n)[0] writes the defaults alone
 		}
 		ops = append(ops, c.nodeOps(n)[0])
 	}

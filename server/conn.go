@@ -80,7 +80,7 @@ type conn struct {
 
 	mem     netmem.Holder // its share of the node's network memory (netmem: what it held, its pauses)
 	stopped bool          // decoding stopped this pass (netmem pause, output full)
-	swallow int           // bytes of a refused frame still to discard (refuseLarge, a text data block)
+	swallow int           // bytes of a refused frame still to discard (refuseAtHeader, a text data block)
 
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set (see park)
@@ -173,7 +173,7 @@ func (c *conn) serve() gnet.Action {
 			return c.protocolError(&req, len(buf), err)
 		}
 		if n == 0 {
-			if c.collect == nil && c.refuseLarge(buf) {
+			if c.collect == nil && c.refuseAtHeader(buf) {
 				continue
 			}
 			if c.collect == nil && c.partialSince.Load() == 0 {
@@ -278,10 +278,10 @@ func (c *conn) peekFrame() []byte {
 	return buf
 }
 
-// refuseLarge answers at its header a storage command whose value cannot fit
+// refuseAtHeader answers at its header a storage command whose value cannot fit
 // max_item_size (0x03) or a command that takes no value but announces one
 // (0x04), and swallows the body as it comes (as memcached): no buffer held.
-func (c *conn) refuseLarge(hdr []byte) bool {
+func (c *conn) refuseAtHeader(hdr []byte) bool {
 	if len(hdr) < binary.HeaderLen {
 		return false
 	}
