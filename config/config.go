@@ -111,18 +111,18 @@ type File struct {
 	DefaultThrottleHardLimit     Limit  `json:"default_throttle_hard_limit"`          // tenant.DefaultHardLimit
 	ReadUnitSize                 int    `json:"read_unit_size"`                       // bytes per RU, tenant.DefaultReadUnitSize
 	WriteUnitSize                int    `json:"write_unit_size"`                      // bytes per WU, tenant.DefaultWriteUnitSize
-	MaxConnectionsPerBucket      *int   `json:"max_connections_per_bucket,omitempty"` // nil: server.DefaultMaxConnectionsPerBucket
-	MaxConnections               *int   `json:"max_connections,omitempty"`            // nil: server.DefaultMaxConnections
-	MaxThrottleWaitMS            *int   `json:"max_throttle_wait_ms,omitempty"`       // nil: server.DefaultMaxThrottleWait
-	MaxItemSize                  *int   `json:"max_item_size,omitempty"`              // nil: server.DefaultMaxItemSize
-	MaxFrameSize                 *int   `json:"max_frame_size,omitempty"`             // nil: server.DefaultMaxFrameSize
-	IdleTimeoutMS                *int   `json:"idle_timeout_ms,omitempty"`            // nil: server.DefaultIdleTimeout
+	MaxConnectionsPerBucket      *int   `json:"max_connections_per_bucket,omitempty"` // nil: options.DefaultMaxConnectionsPerBucket
+	MaxConnections               *int   `json:"max_connections,omitempty"`            // nil: options.DefaultMaxConnections
+	MaxThrottleWaitMS            *int   `json:"max_throttle_wait_ms,omitempty"`       // nil: options.DefaultMaxThrottleWait
+	MaxItemSize                  *int   `json:"max_item_size,omitempty"`              // nil: options.DefaultMaxItemSize
+	MaxFrameSize                 *int   `json:"max_frame_size,omitempty"`             // nil: options.DefaultMaxFrameSize
+	IdleTimeoutMS                *int   `json:"idle_timeout_ms,omitempty"`            // nil: options.DefaultIdleTimeout
 	MaxInflightBytes             *int64 `json:"max_inflight_bytes,omitempty"`         // nil: a quarter of physical memory (the daemon reads it); 0 = no limit
-	MaxBufferBytes               *int64 `json:"max_buffer_bytes,omitempty"`           // nil: server.DefaultMaxBufferBytes() (an eighth of memory)
-	WALSync                      *bool  `json:"wal_sync,omitempty"`                   // nil: server.DefaultWALSync
-	TextProtocol                 *bool  `json:"text_protocol,omitempty"`              // nil: server.DefaultTextProtocol
-	MetricsBucketLimit           *int   `json:"metrics_bucket_limit,omitempty"`       // nil: server.DefaultMetricsBucketLimit
-	ItemCacheBytes               int64  `json:"item_cache_bytes"`                     // 0 = server.DefaultItemCacheSize(), < 0 = none
+	MaxBufferBytes               *int64 `json:"max_buffer_bytes,omitempty"`           // nil: options.DefaultMaxBufferBytes() (an eighth of memory)
+	WALSync                      *bool  `json:"wal_sync,omitempty"`                   // nil: options.DefaultWALSync
+	TextProtocol                 *bool  `json:"text_protocol,omitempty"`              // nil: options.DefaultTextProtocol
+	MetricsBucketLimit           *int   `json:"metrics_bucket_limit,omitempty"`       // nil: options.DefaultMetricsBucketLimit
+	ItemCacheBytes               int64  `json:"item_cache_bytes"`                     // 0 = options.DefaultItemCacheSize(), < 0 = none
 
 	// AnonymousBucket, if set, is the bucket unauthenticated connections
 	// start selected on; "" means no anonymous access.

@@ -19,6 +19,10 @@ const (
 	// PauseFloor: connections holding less are never paused for memory (a
 	// normal client's pipeline of small commands).
 	PauseFloor = 64 << 10
+	// SmallFrame: a frame up to this size is always read (Budget.Admit); a
+	// larger one only while the node has room for all of it. What a
+	// connection holds of a frame it was not admitted is at most this.
+	SmallFrame = 4 << 10
 	// CloseGrace is how long the node may stay over its budget before the
 	// connection holding the most is closed; at most one per CloseEvery
 	// after that.
@@ -84,6 +88,7 @@ type Stats struct {
 	OutPauses int64 // pauses for max_conn_output since start
 	InPauses  int64 // stops in reading a connection whose input waited behind a stall, since start
 	Closed    int64 // connections closed for memory (budget or ConnBuffer)
+	Refused   int64 // frames refused at their header for memory (Admit) since start
 }
 
 // Budget is the node's network memory: the total the connections hold, the
@@ -98,11 +103,14 @@ type Budget struct {
 	outPauses atomic.Int64
 	inPauses  atomic.Int64
 	closed    atomic.Int64
+	refused   atomic.Int64
 
 	mu     sync.Mutex
 	paused map[*Holder]struct{} // guarded by mu: the Holders with a pause reason
 
 	overSince, lastClose, lastFree time.Time // Tick's own
+	refusedLogged                  int64     // Tick's own: Refused when it last logged
+	lastRefusedLog                 time.Time
 }
 
 // New returns an empty budget that logs its pauses and closes to log.
@@ -116,7 +124,8 @@ func (b *Budget) Stats() Stats {
 	paused := len(b.paused)
 	b.mu.Unlock()
 	return Stats{Held: b.held.Load(), Paused: paused, MemPauses: b.memPauses.Load(),
-		OutPauses: b.outPauses.Load(), InPauses: b.inPauses.Load(), Closed: b.closed.Load()}
+		OutPauses: b.outPauses.Load(), InPauses: b.inPauses.Load(), Closed: b.closed.Load(),
+		Refused: b.refused.Load()}
 }
 
 // pause reasons, bits of Holder.paused.
@@ -151,11 +160,13 @@ func (h *Holder) Paused() bool { return h.paused&^pausedInput != 0 }
 // Account publishes what h's connection holds after a pass of its loop (in
 // bytes of input not decoded yet, out of replies gnet has not sent) and
 // decides its pauses, turning its socket's read interest off or on; stall
-// says whether and why it cannot decode what it holds (see Stall). It
-// reports true when the connection is over lim.ConnBuffer and must be
-// closed.
-func (b *Budget) Account(h *Holder, in, out int, stall Stall, lim Limits) (closeConn bool) {
-	held := int64(in + out)
+// says whether and why it cannot decode what it holds (see Stall). frame is
+// the length of the frame Admit let it read that has not all arrived (0:
+// none): it is held whole from its header on, and never paused for memory,
+// since that would not free its bytes. It reports true when the connection
+// is over lim.ConnBuffer and must be closed.
+func (b *Budget) Account(h *Holder, in, out, frame int, stall Stall, lim Limits) (closeConn bool) {
+	held := int64(max(in, frame) + out)
 	total := b.publish(h, held)
 	if in > lim.ConnBuffer || out > lim.ConnBuffer {
 		b.closed.Add(1)
@@ -164,7 +175,7 @@ func (b *Budget) Account(h *Holder, in, out int, stall Stall, lim Limits) (close
 		return true
 	}
 	was := h.paused
-	h.paused = h.want(in, out, stall, held, total, lim)
+	h.paused = h.want(in, out, stall, held-int64(frame), total, lim)
 	if h.paused != 0 || was != 0 {
 		h.setReading(b.log, h.paused == 0, out > 0, h.paused&pausedMemory != 0)
 	}
@@ -208,8 +219,10 @@ func (b *Budget) publish(h *Holder, held int64) int64 {
 // want is h's pause state for the figures of this pass. Output pauses past
 // the cap and lasts until half of it; a Busy connection is not read, nor a
 // Waiting one past ConnWaiting until half of it is left; a memory pause
-// lasts until housekeeping lets the connection go on (resume).
-func (h *Holder) want(in, out int, stall Stall, held, total int64, lim Limits) uint8 {
+// lasts until housekeeping lets the connection go on (resume). loose is
+// what it holds besides an admitted frame: only that may pause it for
+// memory.
+func (h *Holder) want(in, out int, stall Stall, loose, total int64, lim Limits) uint8 {
 	p := uint8(0)
 	if out > lim.ConnOutput || (h.paused&pausedOutput != 0 && out > lim.ConnOutput/2) {
 		p |= pausedOutput
@@ -220,10 +233,25 @@ func (h *Holder) want(in, out int, stall Stall, held, total int64, lim Limits) u
 	if h.resume.Swap(false) {
 		return p
 	}
-	if h.paused&pausedMemory != 0 || (total > lim.Budget && held >= PauseFloor) {
+	if h.paused&pausedMemory != 0 || (total > lim.Budget && loose >= PauseFloor) {
 		p |= pausedMemory
 	}
 	return p
+}
+
+// Admit reports whether a connection may read on into a frame of frame
+// bytes whose header has come: a small frame always, a larger one while the
+// node's total and all of it fit the budget. Account then holds it whole
+// until it has arrived, so that the frames being read never add up past
+// the budget, however many connections start one. A refused frame is
+// counted (Stats.Refused); the server answers it at its header and
+// discards its body as it comes, so that it costs no memory.
+func (b *Budget) Admit(frame int, budget int64) bool {
+	if frame <= SmallFrame || b.held.Load()+int64(frame) <= budget {
+		return true
+	}
+	b.refused.Add(1)
+	return false
 }
 
 // Forget takes a closing connection out of the node's figures.
@@ -307,6 +335,7 @@ func (b *Budget) Tick(now time.Time, budget int64, all iter.Seq[*Holder]) {
 		_ = h.conn.Wake(nil)
 	}
 	b.lastResort(now, total, budget, all)
+	b.logRefused(now, total, budget)
 	b.freeOS(now, total)
 }
 
@@ -338,6 +367,18 @@ func (b *Budget) lastResort(now time.Time, total, budget int64, all iter.Seq[*Ho
 		"bytes", worst.pub.Load(), "node_bytes", total, "limit", budget,
 		"over_for", now.Sub(b.overSince).Round(time.Millisecond).String())
 	_ = worst.conn.Close()
+}
+
+// logRefused logs the frames Admit refused since the last line, at most
+// one line a second.
+func (b *Budget) logRefused(now time.Time, total, budget int64) {
+	r := b.refused.Load()
+	if r == b.refusedLogged || now.Sub(b.lastRefusedLog) < time.Second {
+		return
+	}
+	b.log.Warn("refusing frames", "reason", "max_buffer_bytes", "frames", r-b.refusedLogged,
+		"node_bytes", total, "limit", budget)
+	b.refusedLogged, b.lastRefusedLog = r, now
 }
 
 // freeOS returns freed buffer memory to the OS once the connections hold a

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +54,7 @@ func all(hs ...*Holder) func(func(*Holder) bool) { return slices.Values(hs) }
 func TestAccount(t *testing.T) {
 	type pass struct {
 		in, out        int
+		frame          int   // an admitted frame not all arrived yet
 		stall          Stall // why the input cannot be decoded now
 		other          int   // what the second connection holds (its input)
 		resume         bool  // housekeeping let the connection go on before this pass
@@ -78,6 +80,13 @@ func TestAccount(t *testing.T) {
 			{in: PauseFloor, out: 10, other: 0, paused: true, reading: "off+w+hup", mem: 1}, // node under budget: still paused
 			{in: PauseFloor, other: 0, resume: true, reading: "on", mem: 1},
 			{in: PauseFloor, other: 2 << 20, paused: true, reading: "off+hup", mem: 2},
+		}},
+		{"an admitted frame is held whole, and not paused for memory", []pass{
+			{in: PauseFloor, frame: 1 << 20, other: 2 << 20},
+			{in: 1 << 20, frame: 1 << 20, other: 2 << 20},
+		}},
+		{"what a connection holds beside its admitted frame may pause it", []pass{
+			{in: 100 << 10, frame: 1 << 20, out: PauseFloor, other: 2 << 20, paused: true, reading: "off+w+hup", mem: 1},
 		}},
 		{"output pauses past the cap, until half of it", []pass{
 			{out: 256<<10 + 1, paused: true, reading: "off+w", outp: 1},
@@ -116,12 +125,12 @@ func TestAccount(t *testing.T) {
 			h, f := newHolder("a")
 			other, _ := newHolder("b")
 			for i, p := range tc.passes {
-				b.Account(other, p.other, 0, NotStalled, noPause)
+				b.Account(other, p.other, 0, 0, NotStalled, noPause)
 				if p.resume {
 					h.resume.Store(true)
 				}
 				before := len(f.reading)
-				if got := b.Account(h, p.in, p.out, p.stall, testLimits); got != p.close {
+				if got := b.Account(h, p.in, p.out, p.frame, p.stall, testLimits); got != p.close {
 					t.Fatalf("pass %d: close %v, want %v", i, got, p.close)
 				}
 				reading := ""
@@ -135,7 +144,7 @@ func TestAccount(t *testing.T) {
 					t.Fatalf("pass %d: paused %v/%v reading %q pauses %d/%d/%d, want %v/%v %q %d/%d/%d", i, h.Paused(), inPaused,
 						reading, st.MemPauses, st.OutPauses, st.InPauses, p.paused, p.inPaused, p.reading, p.mem, p.outp, p.inp)
 				}
-				if want := int64(p.in + p.out + p.other); !p.close && st.Held != want {
+				if want := int64(max(p.in, p.frame) + p.out + p.other); !p.close && st.Held != want {
 					t.Fatalf("pass %d: held %d, want %d", i, st.Held, want)
 				}
 				if wantPaused := map[bool]int{true: 1}[p.paused]; !p.close && st.Paused != wantPaused {
@@ -149,12 +158,54 @@ func TestAccount(t *testing.T) {
 	}
 }
 
+// TestAdmit: a small frame is always read; a larger one while the node's
+// total and all of it fit the budget, and once admitted it is held whole;
+// a refused one is counted and logged, at most a line a second.
+func TestAdmit(t *testing.T) {
+	const budget = 4 << 20
+	var log strings.Builder
+	b := New(slog.New(slog.NewTextHandler(&log, nil)))
+	b.release = func() {}
+	h, _ := newHolder("a")
+	other, _ := newHolder("b")
+	b.Account(other, 3<<20, 0, 0, NotStalled, noPause)
+	if !b.Admit(SmallFrame, budget) || !b.Admit(1<<20, budget) {
+		t.Fatal("a frame that fits refused")
+	}
+	b.Account(h, 10<<10, 0, 1<<20, NotStalled, testLimits) // its first 10 KiB came with its header
+	if st := b.Stats(); st.Held != 4<<20 || h.Paused() {
+		t.Fatalf("held %d paused %v, want 4 MiB, not paused", st.Held, h.Paused())
+	}
+	now := time.Unix(100, 0)
+	if b.Admit(SmallFrame+1, budget) || b.Admit(1<<20, budget) {
+		t.Fatal("a frame past the budget admitted")
+	}
+	if !b.Admit(SmallFrame, budget) {
+		t.Fatal("a small frame refused")
+	}
+	b.Tick(now, budget, all(h, other))
+	b.Admit(1<<20, budget)
+	b.Tick(now.Add(time.Second/2), budget, all(h, other))
+	if st := b.Stats(); st.Refused != 3 || strings.Count(log.String(), "refusing frames") != 1 ||
+		!strings.Contains(log.String(), "frames=2") {
+		t.Fatalf("refused %d, log %q: want 3 counted, one line for the first 2", st.Refused, log.String())
+	}
+	b.Tick(now.Add(time.Second), budget, all(h, other))
+	if !strings.Contains(log.String(), "frames=1") {
+		t.Fatalf("log %q: want a second line for the third", log.String())
+	}
+	b.Account(h, 0, 0, 0, NotStalled, testLimits) // it arrived and was decoded
+	if !b.Admit(1<<20, budget) {
+		t.Fatal("a frame that fits again refused")
+	}
+}
+
 // TestForgetAndUnpause: a closing connection leaves the figures; at
 // shutdown a paused connection is read again whatever it holds.
 func TestForgetAndUnpause(t *testing.T) {
 	b := newTestBudget()
 	h, f := newHolder("a")
-	b.Account(h, 2<<20, 0, NotStalled, testLimits)
+	b.Account(h, 2<<20, 0, 0, NotStalled, testLimits)
 	if !h.Paused() || b.Stats().Paused != 1 {
 		t.Fatal("want a memory pause")
 	}
@@ -162,7 +213,7 @@ func TestForgetAndUnpause(t *testing.T) {
 	if h.Paused() || b.Stats().Paused != 0 || f.reading[len(f.reading)-1] != "on+w" {
 		t.Fatalf("after Unpause: paused %v, stats %+v, reading %v", h.Paused(), b.Stats(), f.reading)
 	}
-	b.Account(h, 2<<20, 0, NotStalled, testLimits)
+	b.Account(h, 2<<20, 0, 0, NotStalled, testLimits)
 	b.Forget(h)
 	if st := b.Stats(); st.Held != 0 || st.Paused != 0 || h.Paused() {
 		t.Fatalf("after Forget: %+v, paused %v", st, h.Paused())
@@ -190,19 +241,19 @@ func TestTickResumesSmallestFirst(t *testing.T) {
 	} {
 		b := newTestBudget()
 		big, _ := newHolder("big") // puts the node over its budget, then leaves
-		b.Account(big, 5<<20, 0, NotStalled, noPause)
+		b.Account(big, 5<<20, 0, 0, NotStalled, noPause)
 		var hs []*Holder
 		var fs []*fakeConn
 		for _, n := range sizes {
 			h, f := newHolder("c")
-			if b.Account(h, n, 0, NotStalled, lim); !h.Paused() {
+			if b.Account(h, n, 0, 0, NotStalled, lim); !h.Paused() {
 				t.Fatalf("holder of %d not paused", n)
 			}
 			hs, fs = append(hs, h), append(fs, f)
 		}
 		b.Forget(big)
 		extra, _ := newHolder("extra")
-		b.Account(extra, tc.extra, 0, NotStalled, noPause)
+		b.Account(extra, tc.extra, 0, 0, NotStalled, noPause)
 		b.Tick(time.Unix(0, 0), lim.Budget, all(append(hs, extra)...))
 		for i, h := range hs {
 			if h.resume.Load() != tc.resumed[i] || fs[i].wakes != 1 {
@@ -210,7 +261,7 @@ func TestTickResumesSmallestFirst(t *testing.T) {
 					tc.extra>>10, sizes[i]>>10, h.resume.Load(), fs[i].wakes, tc.resumed[i])
 			}
 		}
-		b.Account(hs[1], sizes[1], 0, NotStalled, lim) // the pass after: a resumed connection goes on
+		b.Account(hs[1], sizes[1], 0, 0, NotStalled, lim) // the pass after: a resumed connection goes on
 		if hs[1].Paused() == tc.resumed[1] {
 			t.Errorf("extra %d KiB: after the pass, paused %v", tc.extra>>10, hs[1].Paused())
 		}
@@ -242,7 +293,7 @@ func TestLastResort(t *testing.T) {
 			var fs []*fakeConn
 			for _, n := range tc.held {
 				h, f := newHolder("c")
-				b.Account(h, 0, n, NotStalled, lim) // output: not paused, still held
+				b.Account(h, 0, n, 0, NotStalled, lim) // output: not paused, still held
 				hs, fs = append(hs, h), append(fs, f)
 			}
 			for i, d := range tc.ticks {
@@ -259,11 +310,11 @@ func TestLastResort(t *testing.T) {
 	// Back under the budget, the grace starts over.
 	b := newTestBudget()
 	h, f := newHolder("c")
-	b.Account(h, 0, 2<<20-1, NotStalled, lim)
+	b.Account(h, 0, 2<<20-1, 0, NotStalled, lim)
 	b.Tick(t0, lim.Budget, all(h))
-	b.Account(h, 0, 0, NotStalled, lim)
+	b.Account(h, 0, 0, 0, NotStalled, lim)
 	b.Tick(t0.Add(3*time.Second), lim.Budget, all(h))
-	b.Account(h, 0, 2<<20-1, NotStalled, lim)
+	b.Account(h, 0, 2<<20-1, 0, NotStalled, lim)
 	b.Tick(t0.Add(6*time.Second), lim.Budget, all(h))
 	if f.closes != 0 {
 		t.Fatal("closed before a fresh grace")
@@ -300,7 +351,7 @@ func TestFreeOS(t *testing.T) {
 		{0, 44 * time.Second, 2},         // only 2 s since the last
 		{0, 52 * time.Second, 3},         // 10 s since the last
 	} {
-		b.Account(h, step.held, 0, NotStalled, lim)
+		b.Account(h, step.held, 0, 0, NotStalled, lim)
 		b.Tick(t0.Add(step.at), lim.Budget, all(h))
 		if released != step.wanted {
 			t.Fatalf("at +%v holding %d: released %d times, want %d", step.at, step.held, released, step.wanted)

@@ -47,6 +47,7 @@ var (
 	descPaused    = desc("kvd_connections_paused", "Connections paused now: not read or served because of max_buffer_bytes or max_conn_output.")
 	descPauses    = desc("kvd_connection_pauses_total", "Times connections were paused, by reason (memory: the node over max_buffer_bytes; output: unsent replies over the per-connection cap; input: not read while its commands waited behind a running batch or an output stop, or past 4 MiB for a ticket or the throttle).", "reason")
 	descMemClosed = desc("kvd_connections_closed_memory_total", "Connections closed for memory: the last resort over max_buffer_bytes, or one connection past its hard buffer limit.")
+	descRefused   = desc("kvd_frames_refused_memory_total", "Frames refused at their header (0x82, SERVER_ERROR out of memory) because the connections' buffers had no room for all of them within max_buffer_bytes; their bodies are discarded as they arrive.")
 	descItemEvict = desc("kvd_item_cache_evictions_total", "Items evicted from the item cache to stay within its budget.")
 )
 
@@ -57,7 +58,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRU, descWU, descCommands, descTextCmds, descThrottled, descWait, descRejected,
 		descClients, descItems, descReserved, descCapacity, descFreePool, descNodeLast, descConns, descConnsTot,
 		descL0, descDebt, descFsync, descCacheHit, descCacheMiss, descItemBytes, descItemItems, descItemLook, descItemEvict,
-		descBufBytes, descPaused, descPauses, descMemClosed} {
+		descBufBytes, descPaused, descPauses, descMemClosed, descRefused} {
 		ch <- d
 	}
 	describeIngress(ch)
@@ -116,6 +117,7 @@ func collectBuffers(ch chan<- prometheus.Metric, f Buffers) {
 	emitCounter(ch, descPauses, float64(f.OutputPauses), "output")
 	emitCounter(ch, descPauses, float64(f.InputPauses), "input")
 	emitCounter(ch, descMemClosed, float64(f.Closed))
+	emitCounter(ch, descRefused, float64(f.Refused))
 }
 
 // collectPebble sends the storage figures: Pebble's and the item cache's.

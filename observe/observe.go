@@ -90,12 +90,14 @@ type Front struct {
 
 // Buffers are the network memory figures: bytes held in the connections'
 // buffers and the budget, connections paused now, pauses by reason since
-// start, and connections closed for memory.
+// start, connections closed for memory, and frames refused at their
+// header for want of room.
 type Buffers struct {
 	Held, Limit                             int64 // bytes; Limit is max_buffer_bytes
 	Paused                                  int64 // connections paused now
 	MemoryPauses, OutputPauses, InputPauses int64
 	Closed                                  int64
+	Refused                                 int64
 }
 
 // BucketState is the front end's state of one bucket.

@@ -93,6 +93,7 @@ func bufferStats(emit Emit, f Buffers) {
 	emitInt(emit, "conn_pauses_output", f.OutputPauses)
 	emitInt(emit, "conn_pauses_input", f.InputPauses)
 	emitInt(emit, "conns_closed_memory", f.Closed)
+	emitInt(emit, "frames_refused_memory", f.Refused)
 }
 
 // bucketDetail is the JSON document of STAT bucket_details.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -81,6 +82,7 @@ type conn struct {
 	mem     netmem.Holder // its share of the node's network memory (netmem: what it held, its pauses)
 	stopped bool          // decoding stopped this pass (netmem pause, output full)
 	swallow int           // bytes of a refused frame still to discard (refuseAtHeader, a text data block)
+	frame   int           // length of the frame being read that netmem admitted (refuseAtHeader); 0 when none
 
 	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
 	parked       atomic.Bool  // registered in its bucket's parked set (see park)
@@ -161,7 +163,7 @@ func (c *conn) serve() gnet.Action {
 		}
 		buf := c.peekFrame()
 		if len(buf) == 0 {
-			c.partialSince.Store(0)
+			c.complete()
 			return gnet.None
 		}
 		var req binary.Request
@@ -181,7 +183,7 @@ func (c *conn) serve() gnet.Action {
 			}
 			return gnet.None
 		}
-		c.partialSince.Store(0)
+		c.complete()
 		if !c.handle(&req) {
 			return gnet.None // not consumed: it runs after the collected batch
 		}
@@ -242,7 +244,7 @@ func (c *conn) account() gnet.Action {
 	s := c.srv
 	lim := netmem.Limits{Budget: s.limits().MaxBufferBytes, ConnOutput: s.opts.MaxConnOutput,
 		ConnWaiting: netmem.WaitingInput, ConnBuffer: s.opts.MaxConnBuffer}
-	if s.flow.Account(&c.mem, c.gc.InboundBuffered(), c.gc.OutboundBuffered(), c.stall(), lim) {
+	if s.flow.Account(&c.mem, c.gc.InboundBuffered(), c.gc.OutboundBuffered(), c.frame, c.stall(), lim) {
 		return gnet.Close
 	}
 	return gnet.None
@@ -278,27 +280,32 @@ func (c *conn) peekFrame() []byte {
 	return buf
 }
 
-// refuseAtHeader answers at its header a storage command whose value cannot fit
-// max_item_size (0x03) or a command that takes no value but announces one
-// (0x04), and swallows the body as it comes (as memcached): no buffer held.
+// refuseAtHeader judges a frame that has not all arrived, once, at its
+// header: a storage command whose value cannot fit max_item_size gets 0x03,
+// a command that takes no value but announces one 0x04, and a frame the
+// network memory budget has no room for (netmem.Budget.Admit) 0x82; each
+// has its body swallowed as it comes (as memcached): no buffer held. A
+// frame it lets through is held whole by the budget until it has arrived.
 func (c *conn) refuseAtHeader(hdr []byte) bool {
-	if len(hdr) < binary.HeaderLen {
+	if len(hdr) < binary.HeaderLen || c.frame > 0 {
 		return false
 	}
 	req, valueLen := binary.PeekRequest(hdr)
-	switch req.Opcode.NonQuiet() {
-	case binary.OpSet, binary.OpAdd, binary.OpReplace, binary.OpAppend, binary.OpPrepend:
-		if valueLen <= c.srv.opts.MaxItemSize {
-			return false
-		}
+	frame, budget := binary.FrameLen(hdr), c.srv.limits().MaxBufferBytes
+	switch op := req.Opcode.NonQuiet(); {
+	case valueLen > c.srv.opts.MaxItemSize && (op == binary.OpSet || op == binary.OpAdd || op == binary.OpReplace ||
+		op == binary.OpAppend || op == binary.OpPrepend):
 		c.replyError(&req, binary.StatusTooBig, "value too large")
-	default:
-		if valueLen <= 0 || !binary.ValueForbidden(req.Opcode) {
-			return false
-		}
+	case valueLen > 0 && binary.ValueForbidden(req.Opcode):
 		c.replyError(&req, binary.StatusInvalidArguments, req.Opcode.String()+" must not have a value")
+	case !c.srv.flow.Admit(frame, budget):
+		c.replyError(&req, binary.StatusOutOfMemory, "no room for a frame of "+strconv.Itoa(frame)+
+			" bytes: the connections hold max_buffer_bytes="+strconv.FormatInt(budget, 10))
+	default:
+		c.frame = frame
+		return false
 	}
-	c.swallow = binary.FrameLen(hdr)
+	c.swallow = frame
 	c.swallowBody()
 	return true
 }
@@ -314,8 +321,14 @@ func (c *conn) swallowBody() bool {
 		}
 		return false
 	}
-	c.partialSince.Store(0)
+	c.complete()
 	return true
+}
+
+// complete notes that no frame is partly read.
+func (c *conn) complete() {
+	c.partialSince.Store(0)
+	c.frame = 0
 }
 
 // handle takes one decoded frame. It returns false when the frame must wait

@@ -5,6 +5,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"kvd/netmem"
 	"kvd/protocol/translate"
 )
 
@@ -60,19 +61,43 @@ func (c *conn) decodeText() int {
 		buf, _ = c.gc.Peek(need)
 		n, ok = t.Decode(buf)
 	}
+	if !ok && c.collect == nil && !c.admitText(len(buf)) {
+		n, ok = t.HoldNoMemory(), true
+	}
 	switch {
 	case ok && t.Held():
 		c.swallow = n + t.Swallow() // swallowBody drops it all, then Next answers
 		return 0
 	case ok:
-		c.partialSince.Store(0)
+		c.complete()
 		return n
 	case len(buf) == 0:
-		c.partialSince.Store(0)
+		c.complete()
 	case c.collect == nil && c.partialSince.Load() == 0:
 		c.partialSince.Store(c.srv.opts.Now().UnixNano())
 	}
 	return -1
+}
+
+// admitText is refuseAtHeader's budget check for an incomplete text
+// command of partial bytes so far: a storage command whose data block is
+// coming, at its full length (false: it is refused), or a long multi-get
+// line, at the longest it may grow to (false: the connection is closed,
+// as memcached closes one it cannot grow a buffer for).
+func (c *conn) admitText(partial int) bool {
+	frame, budget := c.txt.Need(), c.srv.limits().MaxBufferBytes
+	if frame == 0 && partial > netmem.SmallFrame {
+		frame = c.txt.Options().MaxGetLine
+	}
+	if c.frame > 0 || frame == 0 || c.srv.flow.Admit(frame, budget) {
+		c.frame = max(c.frame, frame)
+		return true
+	}
+	if c.txt.Need() == 0 {
+		c.out, c.quitting = append(c.out, "SERVER_ERROR out of memory reading request\r\n"...), true
+		return true
+	}
+	return false
 }
 
 // peekText returns the next command when it is all buffered, or what there

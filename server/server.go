@@ -14,6 +14,7 @@ import (
 	"kvd/catalog"
 	"kvd/engine"
 	"kvd/ingress"
+	"kvd/internal/gnetlog"
 	"kvd/internal/version"
 	"kvd/netmem"
 	"kvd/observe"
@@ -137,7 +138,7 @@ func (s *Server) Start() error {
 			gnet.WithNumEventLoop(s.opts.Loops),
 			gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 			gnet.WithReuseAddr(true),
-			gnet.WithLogger(gnetLogger{s.log}),
+			gnet.WithLogger(gnetlog.Logger{L: s.log}),
 		)
 	}()
 	select {
@@ -285,15 +286,6 @@ func (s *Server) closeIdle(before int64) {
 	})
 }
 
-// gnetLogger routes gnet's own logging to slog.
-type gnetLogger struct{ l *slog.Logger }
-
-func (g gnetLogger) Debugf(f string, a ...any) { g.l.Debug(fmt.Sprintf(f, a...), "component", "gnet") }
-func (g gnetLogger) Infof(f string, a ...any)  { g.l.Debug(fmt.Sprintf(f, a...), "component", "gnet") }
-func (g gnetLogger) Warnf(f string, a ...any)  { g.l.Warn(fmt.Sprintf(f, a...), "component", "gnet") }
-func (g gnetLogger) Errorf(f string, a ...any) { g.l.Error(fmt.Sprintf(f, a...), "component", "gnet") }
-func (g gnetLogger) Fatalf(f string, a ...any) { g.l.Error(fmt.Sprintf(f, a...), "component", "gnet") }
-
 // The operator's view of the node (STAT groups, /metrics, node totals) is
 // package observe's; this is what it reads of the server (observe.Node).
 
@@ -312,7 +304,8 @@ func (n node) Front() observe.Front {
 		Conns: s.currConns.Load(), TotalConns: s.totalConns.Load(), MaxConns: lim.MaxConnections,
 		BucketLimit: lim.MetricsBucketLimit,
 		Buffers: observe.Buffers{Held: f.Held, Limit: lim.MaxBufferBytes, Paused: int64(f.Paused),
-			MemoryPauses: f.MemPauses, OutputPauses: f.OutPauses, InputPauses: f.InPauses, Closed: f.Closed},
+			MemoryPauses: f.MemPauses, OutputPauses: f.OutPauses, InputPauses: f.InPauses, Closed: f.Closed,
+			Refused: f.Refused},
 	}
 }
 

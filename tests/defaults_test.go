@@ -13,7 +13,7 @@ import (
 	"kvd/config"
 	"kvd/ingress"
 	"kvd/probe"
-	"kvd/server"
+	"kvd/server/options"
 	"kvd/tenant"
 )
 
@@ -27,16 +27,16 @@ func defaultValues() map[string]any {
 		"default_throttle_hard_limit":     tenant.Limit(tenant.DefaultHardLimit),
 		"read_unit_size":                  tenant.DefaultReadUnitSize,
 		"write_unit_size":                 tenant.DefaultWriteUnitSize,
-		"max_connections_per_bucket":      server.DefaultMaxConnectionsPerBucket,
-		"max_connections":                 server.DefaultMaxConnections,
-		"max_throttle_wait_ms":            server.DefaultMaxThrottleWait.Milliseconds(),
-		"max_item_size":                   server.DefaultMaxItemSize,
-		"max_frame_size":                  server.DefaultMaxFrameSize,
-		"idle_timeout_ms":                 server.DefaultIdleTimeout.Milliseconds(),
+		"max_connections_per_bucket":      options.DefaultMaxConnectionsPerBucket,
+		"max_connections":                 options.DefaultMaxConnections,
+		"max_throttle_wait_ms":            options.DefaultMaxThrottleWait.Milliseconds(),
+		"max_item_size":                   options.DefaultMaxItemSize,
+		"max_frame_size":                  options.DefaultMaxFrameSize,
+		"idle_timeout_ms":                 options.DefaultIdleTimeout.Milliseconds(),
 		"item_cache_bytes":                0, // a quarter of the memory
-		"wal_sync":                        server.DefaultWALSync,
-		"text_protocol":                   server.DefaultTextProtocol,
-		"metrics_bucket_limit":            server.DefaultMetricsBucketLimit,
+		"wal_sync":                        options.DefaultWALSync,
+		"text_protocol":                   options.DefaultTextProtocol,
+		"metrics_bucket_limit":            options.DefaultMetricsBucketLimit,
 		"ingress.tickets":                 ingress.DefaultNodeTickets,
 		"ingress.max_queue_depth":         ingress.DefaultMaxQueueDepth,
 		"ingress.queue_timeout_ms":        ingress.DefaultQueueTimeout.Milliseconds(),
@@ -88,7 +88,7 @@ func sameJSON(t *testing.T, got string, want any) bool {
 }
 
 // serverOwned are the fields config leaves nil when absent: the daemon
-// passes zero and server.Options.EnsureDefaults applies the default.
+// passes zero and options.Options.EnsureDefaults applies the default.
 var serverOwned = map[string]bool{
 	"max_connections_per_bucket": true, "max_connections": true, "max_throttle_wait_ms": true,
 	"max_item_size": true, "max_frame_size": true, "idle_timeout_ms": true, "wal_sync": true,
@@ -97,7 +97,7 @@ var serverOwned = map[string]bool{
 
 // computedAtStart are the fields whose default the daemon computes when it
 // starts (max_inflight_bytes: a quarter of physical memory; max_buffer_bytes:
-// an eighth, server.DefaultMaxBufferBytes): there is no
+// an eighth, options.DefaultMaxBufferBytes): there is no
 // constant to compare, and the shipped file and config.Default leave them
 // out (an explicit value, 0 included, overrides the computed one).
 var computedAtStart = map[string]bool{"max_inflight_bytes": true, "max_buffer_bytes": true}

@@ -21,6 +21,7 @@ import (
 
 	"kvd/config"
 	"kvd/server"
+	"kvd/server/options"
 )
 
 const defaultConfig = "config/serverless.json"
@@ -33,8 +34,8 @@ func main() {
 }
 
 func run() error {
-	listen := flag.String("listen", server.DefaultListen, "protocol address")
-	dataDir := flag.String("data-dir", server.DefaultDataDir, "data directory")
+	listen := flag.String("listen", options.DefaultListen, "protocol address")
+	dataDir := flag.String("data-dir", options.DefaultDataDir, "data directory")
 	cfgPath := flag.String("config", "", "config file (default "+defaultConfig+", else the embedded copy)")
 	metrics := flag.String("metrics-listen", "127.0.0.1:11280", "Prometheus address; empty disables")
 	level := flag.String("log-level", "info", "debug, info, warn or error")
@@ -91,7 +92,7 @@ func run() error {
 
 // clusterOptions are the options of --cluster and --node-name; nil
 // without --cluster.
-func clusterOptions(endpoints, node, listen string, log *slog.Logger) (*server.ClusterOptions, error) {
+func clusterOptions(endpoints, node, listen string, log *slog.Logger) (*options.ClusterOptions, error) {
 	if endpoints == "" {
 		if node != "" {
 			return nil, errors.New("--node-name needs --cluster")
@@ -101,7 +102,7 @@ func clusterOptions(endpoints, node, listen string, log *slog.Logger) (*server.C
 	if node == "" {
 		return nil, errors.New("--cluster needs --node-name")
 	}
-	return &server.ClusterOptions{Endpoints: strings.Split(endpoints, ","), NodeName: node,
+	return &options.ClusterOptions{Endpoints: strings.Split(endpoints, ","), NodeName: node,
 		Address: listen, Logger: log}, nil
 }
 
@@ -136,8 +137,8 @@ func readConfig(path string) (*config.File, string, []byte, error) {
 // server's defaults for the fields the file leaves out: that the frame cap
 // leaves room for a maximal item.
 func checkConfig(cfg *config.File) error {
-	return config.CheckFrameHeadroom(orDefault(cfg.MaxItemSize, server.DefaultMaxItemSize),
-		orDefault(cfg.MaxFrameSize, server.DefaultMaxFrameSize))
+	return config.CheckFrameHeadroom(orDefault(cfg.MaxItemSize, options.DefaultMaxItemSize),
+		orDefault(cfg.MaxFrameSize, options.DefaultMaxFrameSize))
 }
 
 // orDefault returns *p, or def when the file left the field out.
@@ -163,9 +164,9 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 	opts := server.Options{
 		Listen:                  listen,
 		DataDir:                 dataDir,
-		DisableWALSync:          !orDefault(cfg.WALSync, server.DefaultWALSync),
+		DisableWALSync:          !orDefault(cfg.WALSync, options.DefaultWALSync),
 		AnonymousBucket:         cfg.AnonymousBucket,
-		DisableText:             !orDefault(cfg.TextProtocol, server.DefaultTextProtocol),
+		DisableText:             !orDefault(cfg.TextProtocol, options.DefaultTextProtocol),
 		MaxConnections:          orZero(cfg.MaxConnections),
 		MaxConnectionsPerBucket: orZero(cfg.MaxConnectionsPerBucket),
 		IdleTimeout:             millis(cfg.IdleTimeoutMS),
@@ -180,7 +181,7 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 		MetricsBucketLimit:      orZero(cfg.MetricsBucketLimit),
 		Ingress:                 ingressOptions(cfg.Ingress),
 		Logger:                  log,
-		DefaultSettings: server.BucketSettings{
+		DefaultSettings: options.BucketSettings{
 			Reserved:  int64(cfg.DefaultThrottleReservedUnits),
 			HardLimit: int64(cfg.DefaultThrottleHardLimit),
 		},
@@ -190,7 +191,7 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 		opts.Buckets = append(opts.Buckets, server.BucketSpec{Name: b.Name, Settings: bucketSettings(b, opts.DefaultSettings)})
 	}
 	for _, u := range cfg.Users {
-		opts.Users = append(opts.Users, server.UserSpec{
+		opts.Users = append(opts.Users, options.UserSpec{
 			Name: u.Name, Password: u.Password, PasswordHash: u.PasswordHash,
 			Buckets: u.Buckets, Privileges: u.Privileges,
 		})
@@ -198,7 +199,7 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 	return opts
 }
 
-func bucketSettings(b config.Bucket, def server.BucketSettings) server.BucketSettings {
+func bucketSettings(b config.Bucket, def options.BucketSettings) options.BucketSettings {
 	s := def
 	if b.Reserved != nil {
 		s.Reserved = int64(*b.Reserved)
@@ -214,15 +215,15 @@ func bucketSettings(b config.Bucket, def server.BucketSettings) server.BucketSet
 	return s
 }
 
-func ingressOptions(in config.Ingress) server.IngressOptions {
-	o := server.IngressOptions{
+func ingressOptions(in config.Ingress) options.IngressOptions {
+	o := options.IngressOptions{
 		NodeTickets:   in.Tickets,
 		MaxQueueDepth: in.MaxQueueDepth,
 		QueueTimeout:  time.Duration(in.QueueTimeoutMS) * time.Millisecond,
 		FIFO:          !in.FairDequeue,
 	}
 	if in.MaxQueueDepth == 0 {
-		o.MaxQueueDepth = server.NoQueue // the config's 0 means: no queue at all
+		o.MaxQueueDepth = options.NoQueue // the config's 0 means: no queue at all
 	}
 	p := in.Probe
 	o.Probe.Interval = time.Duration(p.IntervalMS) * time.Millisecond

@@ -138,6 +138,24 @@ func (s *Session) Decode(buf []byte) (n int, ok bool) {
 // it is buffered and decodes again.
 func (s *Session) Need() int { return s.need }
 
+// HoldNoMemory refuses the storage command whose line Decode last found
+// with its data block incomplete (Need > 0), as memcached refuses a value
+// it has no memory for: "SERVER_ERROR out of memory storing object" (none
+// for a classic noreply), the old item kept. The refusal is held like
+// Decode's: it returns the line's length, to drop with Swallow more bytes
+// before Next answers.
+func (s *Session) HoldNoMemory() int {
+	h, cmd := &s.held, &s.cmd
+	h.set, h.close, h.unlink, h.kind = true, false, false, cmd.Kind
+	h.swallow = cmd.DataLen() + 2
+	h.reply = h.reply[:0]
+	if !cmd.NoReply || cmd.Kind.Meta() {
+		h.reply = append(h.reply, "SERVER_ERROR out of memory storing object\r\n"...)
+	}
+	h.key = append(h.key[:0], cmd.Key...)
+	return s.need - h.swallow
+}
+
 // Held reports whether a refused command waits to be answered.
 func (s *Session) Held() bool { return s.held.set }
 

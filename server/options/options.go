@@ -1,0 +1,220 @@
+// Package options owns what configures a kvd server: the fields of
+// Options, each one's default (stated once, in Defaults…, which the daemon's
+// flags, the shipped config file and the README must agree with), and the
+// combinations that cannot work (Validate). Package server takes an Options;
+// the daemon builds one from its config file without the server's
+// internals.
+package options
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"kvd/catalog"
+	"kvd/engine"
+	"kvd/ingress"
+	"kvd/internal/clock"
+	"kvd/netmem"
+	"kvd/tenant"
+)
+
+// BucketSpec is a bucket the server makes sure exists when it starts.
+type BucketSpec struct {
+	Name     string
+	Settings BucketSettings
+}
+
+// The types and values of the packages Options is made of, so that a
+// program that starts a server needs no other package.
+type (
+	BucketSettings = tenant.Settings        // a bucket's throttle and admission settings
+	IngressOptions = ingress.Options        // ticketed admission and its prober
+	UserSpec       = catalog.UserSpec       // a configured user (in a cluster, etcd's)
+	ClusterOptions = catalog.ClusterOptions // membership of a cluster coordinated through etcd
+)
+
+const (
+	Unlimited = tenant.Unlimited // the "unlimited" value of a reserved or hard limit
+	NoQueue   = ingress.NoQueue  // as Ingress.MaxQueueDepth: reject at once when no ticket is free
+)
+
+// Options configures server.New. Zero values take the defaults documented on each
+// field (EnsureDefaults); Validate reports what cannot work.
+type Options struct {
+	// Listen is the protocol address. Default DefaultListen.
+	Listen string
+	// Loops is the number of gnet event loops. Default GOMAXPROCS.
+	Loops int
+	// DataDir is the Pebble directory. Default DefaultDataDir.
+	DataDir string
+	// DisableWALSync acknowledges mutations before their WAL write is
+	// fsynced: faster, but a crash or power loss can lose the last
+	// acknowledged writes. Default false (every ack is durable).
+	DisableWALSync bool
+	// CacheSize is Pebble's block cache in bytes. Default DefaultCacheSize.
+	CacheSize int64
+	// ItemCacheSize is the byte budget of the engine's resident item cache
+	// (items answered from memory, GETs on the loop). Default
+	// DefaultItemCacheSize(): a quarter of the memory; negative disables it.
+	ItemCacheSize int64
+	// Users are the configured users. Default: none.
+	Users []UserSpec
+	// Buckets are created at start when the engine does not have them yet.
+	// Buckets the engine already has keep their persisted settings.
+	Buckets []BucketSpec
+	// DefaultSettings apply to buckets created without explicit settings.
+	DefaultSettings tenant.Settings
+	// AnonymousBucket, when set, is selected for unauthenticated connections.
+	AnonymousBucket string
+	// DisableText turns memcached's text and meta protocols off: a
+	// connection whose first byte is not a binary magic is then closed, as
+	// before text support. Default false (config text_protocol: true).
+	DisableText bool
+	// MaxConnections bounds open connections node-wide. Default DefaultMaxConnections.
+	MaxConnections int
+	// MaxConnectionsPerBucket bounds connections that select one bucket;
+	// privileged users are exempt. Default DefaultMaxConnectionsPerBucket.
+	MaxConnectionsPerBucket int
+	// IdleTimeout closes a connection that holds an unfinished frame this
+	// long. Default DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// MaxFrameSize is the largest frame body accepted. Default DefaultMaxFrameSize.
+	MaxFrameSize int
+	// MaxItemSize is the largest value stored. Default DefaultMaxItemSize.
+	MaxItemSize int
+	// MaxConnBuffer closes a connection whose unread input or unsent output
+	// passes it. Default DefaultMaxConnBuffer.
+	MaxConnBuffer int
+	// MaxConnOutput stops executing a connection's commands while its
+	// unsent replies pass it; they go on once half of it has drained.
+	// Default DefaultMaxConnOutput.
+	MaxConnOutput int
+	// MaxBufferBytes is the node's network memory budget: bytes held in
+	// unfinished or unread input and unsent replies across all connections.
+	// Past it the connections holding the most stop being read (netmem).
+	// Default DefaultMaxBufferBytes(). Reloadable.
+	MaxBufferBytes int64
+	// NodeCapacity is the node's units per second. Default DefaultNodeCapacity.
+	NodeCapacity int64
+	// ReadUnitSize and WriteUnitSize are the bytes per read and write unit.
+	// Defaults DefaultReadUnitSize and DefaultWriteUnitSize.
+	ReadUnitSize, WriteUnitSize int
+	// MaxThrottleWait is the longest a throttled command stays parked
+	// before it is answered 0x86. Default DefaultMaxThrottleWait.
+	MaxThrottleWait time.Duration
+	// MetricsBucketLimit: /metrics and STAT bucket_details show every
+	// bucket while the node has at most this many, and past it only the
+	// most active ones, at most this many (package observe, shown.go). Default
+	// DefaultMetricsBucketLimit.
+	MetricsBucketLimit int
+	// Ingress configures ticketed admission. Defaults: see package ingress.
+	Ingress IngressOptions
+	// Logger receives admin changes and errors. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default clock.Now (time.Now from one clock read).
+	Now func() time.Time
+	// Cluster, when set, joins a cluster through etcd: buckets, their
+	// settings, node defaults and users live there, and a bucket's limits
+	// are cluster-wide totals. Nil (the default): a single node.
+	Cluster *ClusterOptions
+	// ConfigModTime is the config file's modification time; in a cluster
+	// the newer of a file edit and the cluster's state wins.
+	ConfigModTime time.Time
+}
+
+// EnsureDefaults fills zero (or negative) fields with their defaults.
+func (o *Options) EnsureDefaults() {
+	orDefault(&o.Listen, DefaultListen)
+	orDefault(&o.Loops, runtime.GOMAXPROCS(0))
+	orDefault(&o.DataDir, DefaultDataDir)
+	orDefault(&o.MaxConnections, DefaultMaxConnections)
+	orDefault(&o.MaxConnectionsPerBucket, DefaultMaxConnectionsPerBucket)
+	orDefault(&o.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&o.MaxFrameSize, DefaultMaxFrameSize)
+	orDefault(&o.MaxItemSize, DefaultMaxItemSize)
+	orDefault(&o.MaxConnBuffer, DefaultMaxConnBuffer)
+	orDefault(&o.MaxConnOutput, DefaultMaxConnOutput)
+	if o.MaxBufferBytes <= 0 {
+		o.MaxBufferBytes = DefaultMaxBufferBytes()
+	}
+	orDefault(&o.NodeCapacity, DefaultNodeCapacity)
+	orDefault(&o.ReadUnitSize, DefaultReadUnitSize)
+	orDefault(&o.WriteUnitSize, DefaultWriteUnitSize)
+	orDefault(&o.MaxThrottleWait, DefaultMaxThrottleWait)
+	orDefault(&o.MetricsBucketLimit, DefaultMetricsBucketLimit)
+	if o.ItemCacheSize == 0 {
+		o.ItemCacheSize = DefaultItemCacheSize()
+	}
+	if o.Ingress.Probe.GOMAXPROCS == 0 {
+		o.Ingress.Probe.GOMAXPROCS = runtime.GOMAXPROCS(0)
+	}
+	o.Ingress.EnsureDefaults()
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = clock.Now
+	}
+}
+
+// Validate reports options that cannot work.
+func (o *Options) Validate() error {
+	if o.MaxItemSize > o.MaxFrameSize {
+		return fmt.Errorf("server: max item size %d exceeds max frame size %d", o.MaxItemSize, o.MaxFrameSize)
+	}
+	if err := o.Ingress.Validate(); err != nil {
+		return err
+	}
+	if o.AnonymousBucket != "" {
+		if err := tenant.ValidBucketName(o.AnonymousBucket); err != nil {
+			return fmt.Errorf("server: anonymous bucket: %w", err)
+		}
+	}
+	return nil
+}
+
+// orDefault sets *v to def when it is zero or negative ("" for strings).
+func orDefault[T cmp.Ordered](v *T, def T) {
+	var zero T
+	if *v <= zero {
+		*v = def
+	}
+}
+
+// Defaults of Options (SPEC sections 3–5), each stated once: EnsureDefaults
+// applies them, the daemon's flags show them, and the shipped config file
+// and README must agree with them (tests/defaults_test.go checks). The
+// Options field of each says what it bounds.
+const (
+	DefaultListen                  = "127.0.0.1:11211"
+	DefaultDataDir                 = "./data"
+	DefaultCacheSize               = engine.DefaultCacheSize // Pebble's block cache
+	DefaultMaxConnections          = 10000
+	DefaultMaxConnectionsPerBucket = 600
+	DefaultIdleTimeout             = 60 * time.Second
+	DefaultMaxFrameSize            = 20 << 20
+	DefaultMaxItemSize             = 1 << 20
+	DefaultMaxConnBuffer           = 64 << 20
+	DefaultMaxConnOutput           = 4 << 20
+	DefaultMaxThrottleWait         = 30 * time.Second
+	DefaultWALSync                 = true // every acknowledged mutation is fsynced (DisableWALSync false)
+	DefaultMetricsBucketLimit      = 1000
+	DefaultTextProtocol            = true // text and meta beside binary (DisableText false)
+
+	// The node throttle defaults are package tenant's.
+	DefaultNodeCapacity  = tenant.DefaultCapacity
+	DefaultReadUnitSize  = tenant.DefaultReadUnitSize
+	DefaultWriteUnitSize = tenant.DefaultWriteUnitSize
+)
+
+// DefaultItemCacheSize is the resident item cache's default budget: a
+// quarter of the memory kvd may use (engine.ItemCacheSizeFor of
+// netmem.MemoryLimit).
+func DefaultItemCacheSize() int64 { return engine.ItemCacheSizeFor(netmem.MemoryLimit()) }
+
+// DefaultMaxBufferBytes is the network memory budget's default: an eighth
+// of the memory kvd may use (netmem.DefaultBudget).
+func DefaultMaxBufferBytes() int64 { return netmem.DefaultBudget() }
