@@ -31,7 +31,7 @@ const (
 	// FreeOSEvery bounds how often freed buffer memory is returned to the
 	// OS, and FreeOSMin is the peak that makes it worth it.
 	FreeOSEvery = 10 * time.Second
-	FreeOSMin   = 32 << 20
+	FreeOSMin   = 8 << 20
 )
 
 // Limits are the figures one pass is accounted against. The server reads

@@ -344,12 +344,15 @@ func TestFreeOS(t *testing.T) {
 		{64 << 20, 20 * time.Second, 0},  // a peak, still held
 		{17 << 20, 21 * time.Second, 0},  // more than a quarter
 		{16 << 20, 22 * time.Second, 1},  // a quarter: released, peak now 16 MiB
-		{0, 40 * time.Second, 1},         // the new peak is under FreeOSMin
-		{128 << 20, 41 * time.Second, 1}, // a new peak
-		{0, 42 * time.Second, 2},         // 20 s since the last: released
-		{128 << 20, 43 * time.Second, 2}, //
-		{0, 44 * time.Second, 2},         // only 2 s since the last
-		{0, 52 * time.Second, 3},         // 10 s since the last
+		{0, 30 * time.Second, 1},         // only 8 s since the last
+		{0, 32 * time.Second, 2},         // what was held at the last release is gone: released
+		{128 << 20, 41 * time.Second, 2}, // a new peak
+		{0, 42 * time.Second, 3},         // 10 s since the last: released
+		{128 << 20, 43 * time.Second, 3}, //
+		{0, 44 * time.Second, 3},         // only 2 s since the last
+		{0, 52 * time.Second, 4},         // 10 s since the last
+		{FreeOSMin - 1, 53 * time.Second, 4},
+		{0, 70 * time.Second, 4}, // the new peak is under FreeOSMin
 	} {
 		b.Account(h, step.held, 0, 0, NotStalled, lim)
 		b.Tick(t0.Add(step.at), lim.Budget, all(h))

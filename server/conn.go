@@ -224,12 +224,22 @@ func (c *conn) mayDecode() bool {
 	if c.quitting {
 		return false
 	}
+	if len(c.out) >= outFlush {
+		_, _ = c.gc.Write(c.out)
+		c.out = c.out[:0]
+	}
 	if c.mem.Paused() || c.outputFull() {
 		c.stopped = true
 		return false
 	}
 	return true
 }
+
+// outFlush: a pass's replies go to gnet once they reach this, before the
+// next command, so that a pass answering large values does not grow and
+// regrow one buffer for all of them (gnet keeps what the socket does not
+// take).
+const outFlush = 256 << 10
 
 // outputFull reports whether the replies of this pass and those gnet still
 // holds reach max_conn_output: decoding stops there.
@@ -463,7 +473,11 @@ func (c *conn) collectBatch(b *work.Batch) {
 		return
 	}
 	c.inflight, c.queued = nil, false
-	c.out = append(c.out, b.Out...)
+	if len(c.out) == 0 {
+		c.out, b.Out = b.Out, c.out // the batch's replies as they are, not copied
+	} else {
+		c.out = append(c.out, b.Out...)
+	}
 	if b.Job == nil && b.Bucket != nil {
 		lat := stateOf(b.Bucket).latency()
 		for _, r := range b.Reqs {

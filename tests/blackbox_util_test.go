@@ -141,7 +141,7 @@ func startMemcached(t testing.TB) string {
 	bin := requireTool(t, "memcached")
 	addr := freeAddr(t)
 	_, port := hostPort(t, addr)
-	args := []string{"-p", port, "-U", "0", "-l", "127.0.0.1", "-m", "256", "-I", "2m"}
+	args := []string{"-p", port, "-U", "0", "-l", "127.0.0.1", "-m", "256", "-I", "2m", "-c", "20000"}
 	if os.Getuid() == 0 {
 		args = append(args, "-u", "root") // memcached refuses to run as root otherwise
 	}

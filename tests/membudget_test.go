@@ -18,9 +18,9 @@ import (
 )
 
 // memLoad is the hostile load of TestNetworkMemoryBudget: stallers each
-// send the header of a SET of frameBody bytes and as much of its body as
-// the server takes within a few seconds, then stall; readers store a 1 MiB
-// value and pipeline GETs of it without ever reading.
+// send the header of a SET of frameBody bytes (under max_item_size) and 7/8
+// of its body, then stall; readers store a 1 MiB value and pipeline GETs of
+// it without ever reading.
 type memLoad struct {
 	stallers, readers int
 	frameBody         int
@@ -41,19 +41,21 @@ func (f memFigures) String() string {
 		f.baseKB>>10, f.peakKB>>10, f.afterKB>>10, f.afterWait.Round(100*time.Millisecond), f.ops, f.p99)
 }
 
-// TestNetworkMemoryBudget: with a small max_buffer_bytes, connections that
-// hold stalled large frames and connections that pipeline GETs of 1 MiB
-// values without reading keep kvd's RSS under the budget + 256 MiB; a
-// normal client keeps getting correct replies (its p99 is logged, not
-// asserted); after they leave RSS comes back within 2× the baseline. The
-// same load against Debian memcached prints its figures beside kvd's.
+// TestNetworkMemoryBudget: with a small max_buffer_bytes, a thousand
+// connections that stall in 1 MiB SETs (most of them refused at their
+// header once the admitted frames fill the budget) and connections that
+// pipeline GETs of 1 MiB values without reading keep kvd's RSS under the
+// budget + 256 MiB; a normal client keeps getting correct replies (its p99
+// is logged, not asserted); after they leave RSS comes back within 2× the
+// baseline. The same load against Debian memcached prints its figures
+// beside kvd's.
 //
-// CI size: 100 stallers + 20 readers. KVD_MEMBUDGET_FULL=1 runs the size of
-// issue 12: 500 stallers of 20 MiB frames + 50 readers, RSS read 60 s after.
+// CI size: 1,000 stallers + 20 readers. KVD_MEMBUDGET_FULL=1 runs the
+// durability audit's size: 4,500 stallers + 60 readers, RSS read 60 s after.
 func TestNetworkMemoryBudget(t *testing.T) {
-	load := memLoad{stallers: 100, readers: 20, frameBody: 20 << 20, hold: 4 * time.Second, after: 30 * time.Second}
+	load := memLoad{stallers: 1000, readers: 20, frameBody: 1<<20 - 64, hold: 4 * time.Second, after: 30 * time.Second}
 	if os.Getenv("KVD_MEMBUDGET_FULL") != "" {
-		load = memLoad{stallers: 500, readers: 50, frameBody: 20 << 20, hold: 10 * time.Second, after: 60 * time.Second}
+		load = memLoad{stallers: 4500, readers: 60, frameBody: 1<<20 - 64, hold: 10 * time.Second, after: 60 * time.Second}
 	}
 	const budget = 64 << 20
 	metrics := freeAddr(t)
@@ -65,6 +67,10 @@ func TestNetworkMemoryBudget(t *testing.T) {
 	t.Logf("kvd STAT: buffer_bytes %d, conn_pauses_memory %d, conn_pauses_output %d, conns_closed_memory %d",
 		generalStat(t, k.Addr, "buffer_bytes"), memPauses, outPauses, generalStat(t, k.Addr, "conns_closed_memory"))
 	checkMemoryMetrics(t, scrapeAll(t, metrics), budget, memPauses, outPauses)
+	if refused := generalStat(t, k.Addr, "frames_refused_memory"); refused == 0 {
+		t.Errorf("no frame refused: %d stallers of %d MiB frames fit a %d MiB budget?", load.stallers,
+			load.frameBody>>20+1, budget>>20)
+	}
 	if limitKB := (budget + 256<<20) >> 10; got.peakKB > limitKB {
 		t.Errorf("kvd RSS peaked at %d MiB, over the budget + 256 MiB (%d MiB)", got.peakKB>>10, limitKB>>10)
 	}
@@ -75,7 +81,7 @@ func TestNetworkMemoryBudget(t *testing.T) {
 	t.Run("memcached", func(t *testing.T) {
 		addr := startMemcached(t) // skips loudly without it
 		got := runMemLoad(t, addr, memcachedPid(t, addr), load, func() bool { return true })
-		t.Logf("memcached (-m 256 -I 2m): %v", got)
+		t.Logf("memcached (-m 256 -I 2m -c 20000): %v", got)
 	})
 }
 
@@ -182,7 +188,7 @@ func openHostile(t *testing.T, addr string, load memLoad) []net.Conn {
 	var mu sync.Mutex
 	var conns []net.Conn
 	var wg sync.WaitGroup
-	body := bytes.Repeat([]byte{'S'}, 4<<20) // at most this much of each frame's body
+	body := bytes.Repeat([]byte{'S'}, load.frameBody*7/8) // most of each frame's body
 	gets := make([]byte, 0, 1000*27)
 	for i := range 1000 {
 		gets = mc.AppendRequest(gets, reqWith(mc.OpGet, uint32(i), nil, "big", ""))
