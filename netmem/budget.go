@@ -22,7 +22,7 @@ const (
 	// SmallFrame: a frame up to this size is always read (Budget.Admit); a
 	// larger one only while the node has room for all of it. What a
 	// connection holds of a frame it was not admitted is at most this.
-	SmallFrame = 4 << 10
+	SmallFrame = 8 << 10
 	// CloseGrace is how long the node may stay over its budget before the
 	// connection holding the most is closed; at most one per CloseEvery
 	// after that.

@@ -8,8 +8,16 @@
 // a large frame and stalls, costs the node as much memory as it likes.
 //
 // A [Budget] is the node's view; each connection embeds a [Holder], its
-// share. At the end of every pass of its event loop the connection calls
-// [Budget.Account] with what gnet holds for it, and the budget decides:
+// share. When a frame's header has come and the rest has not, the
+// connection asks [Budget.Admit] whether it may read on: a frame up to
+// [SmallFrame] always, a larger one only while the node's total and all of
+// it fit the budget. Refused, the frame is answered at its header and its
+// body discarded as it comes; admitted, it is held at its full length from
+// then on. So the unfinished frames cannot add up past the budget however
+// many connections start one, and a connection holds at most SmallFrame of
+// a frame that was not admitted. At the end of every pass of its event loop
+// the connection calls [Budget.Account] with what gnet holds for it (and
+// the length of its admitted frame), and the budget decides:
 //
 //   - past [Limits].ConnBuffer (input or output alone) the connection is to
 //     be closed;
@@ -23,9 +31,10 @@
 //     ticket or the throttle ([Waiting]) it is read up to [Limits].ConnWaiting,
 //     so that a client that leaves is seen and its command leaves the wait;
 //   - while the node's total is over [Limits].Budget, a connection holding
-//     at least [PauseFloor] is paused for memory: it stops being read and
-//     served, and the client's further bytes wait in the kernel while TCP
-//     pushes back.
+//     at least [PauseFloor] besides its admitted frame is paused for
+//     memory: it stops being read and served, and the client's further
+//     bytes wait in the kernel while TCP pushes back. (Pausing the reader of
+//     an admitted frame would free nothing: it finishes it.)
 //
 // The server's housekeeping calls [Budget.Tick] every few milliseconds. It
 // wakes every paused connection (gnet tells nobody when an outbound buffer
@@ -33,7 +42,8 @@
 // those holding the least first, while the total stays under 3/4 of the
 // budget; closes the connection holding the most as the last resort, when
 // the node has been over its budget for [CloseGrace] or is over twice its
-// budget, at most one per [CloseEvery]; and returns freed memory to the OS
+// budget, at most one per [CloseEvery]; logs the frames Admit refused, at
+// most a line a second; and returns freed memory to the OS
 // once the connections hold a quarter of their peak or less (at least
 // [FreeOSMin] of peak, at most every [FreeOSEvery]).
 //
@@ -54,8 +64,13 @@
 //     works). A memory pause ends only through Tick (or [Budget.Unpause]
 //     at shutdown), never because one pass found the node under budget: the
 //     resumption order is the budget's, smallest holder first.
-//   - Connections holding less than [PauseFloor] are never paused for
-//     memory: a normal client's pipeline of small commands goes on.
+//   - Connections holding less than [PauseFloor] besides an admitted frame
+//     are never paused for memory: a normal client's pipeline of small
+//     commands goes on.
+//   - An admitted frame counts at its full length in the total until it
+//     has arrived; Admit refuses a frame larger than SmallFrame that would
+//     take the total past the budget, so the admitted frames alone never
+//     pass it (up to one frame per event loop admitted at the same moment).
 //
 // # Time and concurrency
 //

@@ -89,7 +89,7 @@ func TestFramesPastTheBudgetRefusedAtHeader(t *testing.T) {
 	text.call("small set", "set small 0 0 2\r\nok\r\n", "STORED")
 	text.call("small noreply set", "set tk 0 0 3 noreply\r\nnew\r\nget tk\r\n", "VALUE tk 0 3", "new", "END")
 	long := dialText(t, k.Addr)
-	long.send("get " + strings.Repeat("k ", 4000))
+	long.send("get " + strings.Repeat("k ", 6000)) // past netmem.SmallFrame
 	long.expect("long get line with no room", "SERVER_ERROR out of memory reading request")
 	if !long.closedByPeer(5 * time.Second) {
 		t.Error("the multi-get line with no room left its connection open")
