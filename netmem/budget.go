@@ -217,8 +217,10 @@ func (b *Budget) publish(h *Holder, held int64) int64 {
 }
 
 // want is h's pause state for the figures of this pass. Output pauses past
-// the cap and lasts until half of it; a Busy connection is not read, nor a
-// Waiting one past ConnWaiting until half of it is left; a memory pause
+// the cap and lasts until half of it; a Busy connection is not read, nor
+// one whose replies gnet still holds (gnet turns reading back on once they
+// are sent), nor a Waiting one past ConnWaiting until half of it is left; a
+// memory pause
 // lasts until housekeeping lets the connection go on (resume). loose is
 // what it holds besides an admitted frame: only that may pause it for
 // memory.
@@ -227,7 +229,7 @@ func (h *Holder) want(in, out int, stall Stall, loose, total int64, lim Limits) 
 	if out > lim.ConnOutput || (h.paused&pausedOutput != 0 && out > lim.ConnOutput/2) {
 		p |= pausedOutput
 	}
-	if stall == Busy || stall == Waiting && (in > lim.ConnWaiting || h.paused&pausedInput != 0 && in > lim.ConnWaiting/2) {
+	if stall == Busy || out > 0 || stall == Waiting && (in > lim.ConnWaiting || h.paused&pausedInput != 0 && in > lim.ConnWaiting/2) {
 		p |= pausedInput
 	}
 	if h.resume.Swap(false) {

@@ -70,33 +70,34 @@ func TestAccount(t *testing.T) {
 	}{
 		{"under the budget nothing pauses", []pass{
 			{in: 500 << 10, paused: false},
-			{in: 0, out: 100 << 10, paused: false},
+			{in: 0, out: 100 << 10, inPaused: true, reading: "off+w"}, // not read while gnet holds replies
+			{in: 0, out: 0, reading: "on"},
 		}},
 		{"over the budget a small holder goes on", []pass{
 			{in: PauseFloor - 1, other: 2 << 20},
 		}},
 		{"over the budget a large holder pauses, until resumed", []pass{
 			{in: PauseFloor, other: 2 << 20, paused: true, reading: "off+hup", mem: 1},
-			{in: PauseFloor, out: 10, other: 0, paused: true, reading: "off+w+hup", mem: 1}, // node under budget: still paused
-			{in: PauseFloor, other: 0, resume: true, reading: "on", mem: 1},
-			{in: PauseFloor, other: 2 << 20, paused: true, reading: "off+hup", mem: 2},
+			{in: PauseFloor, out: 10, other: 0, paused: true, inPaused: true, reading: "off+w+hup", mem: 1, inp: 1}, // node under budget: still paused
+			{in: PauseFloor, other: 0, resume: true, reading: "on", mem: 1, inp: 1},
+			{in: PauseFloor, other: 2 << 20, paused: true, reading: "off+hup", mem: 2, inp: 1},
 		}},
 		{"an admitted frame is held whole, and not paused for memory", []pass{
 			{in: PauseFloor, frame: 1 << 20, other: 2 << 20},
 			{in: 1 << 20, frame: 1 << 20, other: 2 << 20},
 		}},
 		{"what a connection holds beside its admitted frame may pause it", []pass{
-			{in: 100 << 10, frame: 1 << 20, out: PauseFloor, other: 2 << 20, paused: true, reading: "off+w+hup", mem: 1},
+			{in: 100 << 10, frame: 1 << 20, out: PauseFloor, other: 2 << 20, paused: true, inPaused: true, reading: "off+w+hup", mem: 1, inp: 1},
 		}},
 		{"output pauses past the cap, until half of it", []pass{
-			{out: 256<<10 + 1, paused: true, reading: "off+w", outp: 1},
-			{out: 200 << 10, paused: true, reading: "off+w", outp: 1},
-			{out: 128 << 10, reading: "on+w", outp: 1},
-			{out: 200 << 10, outp: 1},
+			{out: 256<<10 + 1, paused: true, inPaused: true, reading: "off+w", outp: 1},
+			{out: 200 << 10, paused: true, inPaused: true, reading: "off+w", outp: 1},
+			{out: 128 << 10, inPaused: true, reading: "off+w", outp: 1}, // decodes again, still not read
+			{out: 0, reading: "on", outp: 1},
 		}},
 		{"resume ends a memory pause, not an output pause", []pass{
-			{in: PauseFloor, out: 300 << 10, other: 2 << 20, paused: true, reading: "off+w+hup", mem: 1, outp: 1},
-			{in: PauseFloor, out: 300 << 10, other: 2 << 20, resume: true, paused: true, reading: "off+w", mem: 1, outp: 1},
+			{in: PauseFloor, out: 300 << 10, other: 2 << 20, paused: true, inPaused: true, reading: "off+w+hup", mem: 1, outp: 1, inp: 1},
+			{in: PauseFloor, out: 300 << 10, other: 2 << 20, resume: true, paused: true, inPaused: true, reading: "off+w", mem: 1, outp: 1, inp: 1},
 		}},
 		{"a busy connection is not read until it is not busy", []pass{
 			{in: 256<<10 + 1, stall: Busy, inPaused: true, reading: "off", inp: 1},

@@ -30,6 +30,12 @@
 //     command before it is answered; while its next command waits for a
 //     ticket or the throttle ([Waiting]) it is read up to [Limits].ConnWaiting,
 //     so that a client that leaves is seen and its command leaves the wait;
+//   - while gnet holds replies its socket did not take, it is not read
+//     either, as memcached does not read while it writes: gnet closes a
+//     connection whose end of file it reads and drops what it could not
+//     send, so a client that half-closes after a large pipeline and reads
+//     later would lose replies. gnet turns reading back on when it has sent
+//     them all;
 //   - while the node's total is over [Limits].Budget, a connection holding
 //     at least [PauseFloor] besides its admitted frame is paused for
 //     memory: it stops being read and served, and the client's further
