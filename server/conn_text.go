@@ -80,10 +80,11 @@ func (c *conn) decodeText() int {
 }
 
 // admitText is refuseAtHeader's budget check for an incomplete text
-// command of partial bytes so far: a storage command whose data block is
-// coming, at its full length (false: it is refused), or a long multi-get
-// line, at the longest it may grow to (false: the connection is closed,
-// as memcached closes one it cannot grow a buffer for).
+// command of partial bytes so far. A storage command whose data block is
+// coming is judged at its full length: false refuses it. A multi-get line
+// past netmem.SmallFrame is judged at the longest it may grow to: with no
+// room it is answered and the connection closed, as memcached closes one
+// whose buffer it cannot grow (true: nothing more to hold).
 func (c *conn) admitText(partial int) bool {
 	frame, budget := c.txt.Need(), c.srv.limits().MaxBufferBytes
 	if frame == 0 && partial > netmem.SmallFrame {
