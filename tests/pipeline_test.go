@@ -346,7 +346,7 @@ func TestHalfClose(t *testing.T) {
 	const text = "set hct 0 0 1\r\nx\r\nincr hctn 1\r\nget hct\r\nappend hct 0 0 1\r\ny\r\nget hct\r\n"
 	const textWant = "STORED\r\nNOT_FOUND\r\nVALUE hct 0 1\r\nx\r\nEND\r\nSTORED\r\nVALUE hct 0 2\r\nxy\r\nEND\r\n"
 	check := func(t *testing.T, addr string, round int) {
-		got := halfClosed(t, addr, bin)
+		got := halfClosed(t, addr, bin, 0)
 		res, err := parseResponses(got)
 		if err != nil {
 			t.Fatalf("round %d, binary: %v", round, err)
@@ -359,7 +359,7 @@ func TestHalfClose(t *testing.T) {
 		if strings.Join(seen, " ") != strings.Join(want, " ") {
 			t.Errorf("round %d, binary: replies before end of file\n got %v\nwant %v", round, seen, want)
 		}
-		if got := string(halfClosed(t, addr, []byte(text))); got != textWant {
+		if got := string(halfClosed(t, addr, []byte(text), 0)); got != textWant {
 			t.Errorf("round %d, text: replies before end of file\n got %q\nwant %q", round, got, textWant)
 		}
 	}
@@ -385,23 +385,7 @@ func TestHalfCloseLargeReplies(t *testing.T) {
 		for i := range 4 {
 			gets = mc.AppendRequest(gets, reqWith(mc.OpGet, uint32(i), nil, "hcl", ""))
 		}
-		nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
-		if _, err := nc.Write(gets); err != nil {
-			t.Fatal(err)
-		}
-		if err := nc.(*net.TCPConn).CloseWrite(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(300 * time.Millisecond) // the replies fill the socket meanwhile
-		got, err := io.ReadAll(nc)
-		if err != nil {
-			t.Fatalf("reading until end of file: %v (after %d bytes)", err, len(got))
-		}
+		got := halfClosed(t, addr, gets, 300*time.Millisecond) // the replies fill the socket meanwhile
 		res, err := parseResponses(got)
 		if err != nil {
 			t.Fatal(err)
@@ -420,8 +404,9 @@ func TestHalfCloseLargeReplies(t *testing.T) {
 }
 
 // halfClosed writes stream on a new connection to addr, shuts down the
-// sending side and returns everything the server sends until it closes.
-func halfClosed(t *testing.T, addr string, stream []byte) []byte {
+// sending side, waits for wait and returns everything the server sends
+// until it closes.
+func halfClosed(t *testing.T, addr string, stream []byte, wait time.Duration) []byte {
 	t.Helper()
 	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -435,6 +420,7 @@ func halfClosed(t *testing.T, addr string, stream []byte) []byte {
 	if err := nc.(*net.TCPConn).CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(wait)
 	got, err := io.ReadAll(nc)
 	if err != nil {
 		t.Fatalf("reading until end of file: %v (after %d bytes)", err, len(got))
