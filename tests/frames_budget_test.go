@@ -25,8 +25,9 @@ import (
 func TestFramesPastTheBudgetRefusedAtHeader(t *testing.T) {
 	t.Parallel()
 	const budget, conns = 16 << 20, 24
+	metrics := freeAddr(t)
 	k := startKVD(t, configWith(t, `{"anonymous_bucket": "default", "buckets": [{"name": "default"}]}`,
-		map[string]any{"max_buffer_bytes": budget}), "--metrics-listen", freeAddr(t))
+		map[string]any{"max_buffer_bytes": budget}), "--metrics-listen", metrics)
 	value := bytes.Repeat([]byte{'v'}, 1<<20-64)
 	frame := mc.AppendRequest(nil, reqWith(mc.OpSet, 1, mc.AppendSetExtras(nil, 0, 0), "big", string(value)))
 	half := len(frame) / 2
@@ -75,6 +76,9 @@ func TestFramesPastTheBudgetRefusedAtHeader(t *testing.T) {
 	}
 	if n := generalStat(t, k.Addr, "frames_refused_memory"); n != int64(nRefused) {
 		t.Errorf("frames_refused_memory %d, want %d", n, nRefused)
+	}
+	if got, ok := sample(scrapeAll(t, metrics), "kvd_frames_refused_memory_total"); !ok || got != float64(nRefused) {
+		t.Errorf("kvd_frames_refused_memory_total = %v (found %v), want %d", got, ok, nRefused)
 	}
 
 	// Text, while the budget is full: a storage command is refused at its
