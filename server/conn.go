@@ -120,12 +120,7 @@ func (c *conn) onTraffic() gnet.Action {
 	}
 	c.in.Passed(c.gc.InboundBuffered())
 	if len(c.out) > 0 {
-		_, _ = c.gc.Write(c.out)
-		if cap(c.out) > 1<<20 {
-			c.out = nil
-		} else {
-			c.out = c.out[:0]
-		}
+		c.flushOut()
 	}
 	if c.lat.Len() > 0 { // after the write; quiet commands answered with no bytes too
 		c.lat.Written(c.srv.opts.Now())
@@ -225,8 +220,7 @@ func (c *conn) mayDecode() bool {
 		return false
 	}
 	if len(c.out) >= outFlush {
-		_, _ = c.gc.Write(c.out)
-		c.out = c.out[:0]
+		c.flushOut()
 	}
 	if c.mem.Paused() || c.outputFull() {
 		c.stopped = true
@@ -240,6 +234,17 @@ func (c *conn) mayDecode() bool {
 // regrow one buffer for all of them (gnet keeps what the socket does not
 // take).
 const outFlush = 256 << 10
+
+// flushOut hands the replies collected so far to gnet, which keeps what
+// the socket does not take, and drops a buffer grown past 1 MiB.
+func (c *conn) flushOut() {
+	_, _ = c.gc.Write(c.out)
+	if cap(c.out) > 1<<20 {
+		c.out = nil
+	} else {
+		c.out = c.out[:0]
+	}
+}
 
 // outputFull reports whether the replies of this pass and those gnet still
 // holds reach max_conn_output: decoding stops there.

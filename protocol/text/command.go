@@ -16,6 +16,9 @@ var (
 	// ErrTooLarge: a value is over the caller's item size limit
 	// ("SERVER_ERROR object too large for cache"; the data is swallowed).
 	ErrTooLarge = errors.New("text: object too large")
+	// ErrNoMemory: the server has no room for a value whose data block is
+	// coming ("SERVER_ERROR out of memory storing object"; swallowed).
+	ErrNoMemory = errors.New("text: out of memory")
 	// ErrLineTooLong: no newline within the line limit; the connection must
 	// be closed without a reply, as memcached does.
 	ErrLineTooLong = errors.New("text: line too long")

@@ -10,6 +10,7 @@ var (
 	replyBadFormat     = []byte("CLIENT_ERROR bad command line format\r\n")
 	replyBadChunk      = []byte("CLIENT_ERROR bad data chunk\r\n")
 	replyTooLarge      = []byte("SERVER_ERROR object too large for cache\r\n")
+	replyNoMemory      = []byte("SERVER_ERROR out of memory storing object\r\n")
 	replyBadDelta      = []byte("CLIENT_ERROR invalid numeric delta argument\r\n")
 	replyBadExptime    = []byte("CLIENT_ERROR invalid exptime argument\r\n")
 	replyDeleteUsage   = []byte("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n")
@@ -145,6 +146,16 @@ func (c *Command) data(buf []byte, n int, opts DecodeOptions) (int, error) {
 
 // quietClassic drops the reply of an error under classic noreply, as
 // memcached's out_string does.
+// NoMemory is the refusal of storage command c, decoded up to its data
+// block, when the server has no room for its value: memcached's line
+// (none for a classic noreply), the data block and its "\r\n" swallowed.
+func NoMemory(c *Command) *Error {
+	e := c.fail(ErrNoMemory, replyNoMemory, false)
+	e.Swallow = c.DataLen() + 2
+	c.quietClassic()
+	return e
+}
+
 func (c *Command) quietClassic() {
 	if c.NoReply && !c.Kind.Meta() {
 		c.err.Reply = nil

@@ -119,11 +119,7 @@ func (s *Session) Decode(buf []byte) (n int, ok bool) {
 	n, err := text.Decode(buf, s.opts, &s.cmd)
 	s.need = 0
 	if e, isErr := err.(*text.Error); isErr { // Decode's errors are always *text.Error
-		h := &s.held
-		h.set, h.close, h.unlink, h.kind = true, e.Close, e.Unlink, s.cmd.Kind
-		h.swallow = e.Swallow
-		h.reply = append(h.reply[:0], e.Reply...)
-		h.key = append(h.key[:0], s.cmd.Key...)
+		s.hold(e)
 		return n, true
 	}
 	if n == 0 && s.cmd.Kind.Storage() {
@@ -145,15 +141,18 @@ func (s *Session) Need() int { return s.need }
 // Decode's: it returns the line's length, to drop with Swallow more bytes
 // before Next answers.
 func (s *Session) HoldNoMemory() int {
-	h, cmd := &s.held, &s.cmd
-	h.set, h.close, h.unlink, h.kind = true, false, false, cmd.Kind
-	h.swallow = cmd.DataLen() + 2
-	h.reply = h.reply[:0]
-	if !cmd.NoReply || cmd.Kind.Meta() {
-		h.reply = append(h.reply, "SERVER_ERROR out of memory storing object\r\n"...)
-	}
-	h.key = append(h.key[:0], cmd.Key...)
-	return s.need - h.swallow
+	e := text.NoMemory(&s.cmd)
+	s.hold(e)
+	return s.need - e.Swallow
+}
+
+// hold keeps the refusal e of the command last decoded for Next.
+func (s *Session) hold(e *text.Error) {
+	h := &s.held
+	h.set, h.close, h.unlink, h.kind = true, e.Close, e.Unlink, s.cmd.Kind
+	h.swallow = e.Swallow
+	h.reply = append(h.reply[:0], e.Reply...)
+	h.key = append(h.key[:0], s.cmd.Key...)
 }
 
 // Held reports whether a refused command waits to be answered.
