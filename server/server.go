@@ -50,10 +50,12 @@ type Server struct {
 	conns      sync.Map // the open connections: *conn → struct{}
 	currConns  atomic.Int64
 	totalConns atomic.Int64
-	connSeq    atomic.Uint64     // connections opened, numbering them (latency.Shards)
-	work       *work.Pool        // runs the batches off the loops
-	logins     *tenant.LoginGate // paces and verifies SASL attempts
-	view       *observe.View     // STAT groups, /metrics and the node totals (node, below)
+	connSeq    atomic.Uint64 // connections opened, numbering them (latency.Shards)
+	scratchMu  sync.Mutex
+	scratches  map[gnet.EventLoop]*scratch // guarded by scratchMu: each event loop's pass buffers (conn.go)
+	work       *work.Pool                  // runs the batches off the loops
+	logins     *tenant.LoginGate           // paces and verifies SASL attempts
+	view       *observe.View               // STAT groups, /metrics and the node totals (node, below)
 
 	stopHouse chan struct{}
 	houseDone chan struct{}
@@ -93,6 +95,7 @@ func New(opts Options) (*Server, error) {
 		pid:       os.Getpid(),
 		started:   opts.Now(), // Start sets it again; a scrape before it sees an uptime of 0
 		booted:    make(chan struct{}),
+		scratches: map[gnet.EventLoop]*scratch{},
 		runErr:    make(chan error, 1),
 		stopHouse: make(chan struct{}),
 		houseDone: make(chan struct{}),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"slices"
@@ -250,4 +251,66 @@ func normalClient(t *testing.T, c *rawConn, d time.Duration) (time.Duration, int
 	}
 	slices.Sort(lat)
 	return lat[len(lat)*99/100], len(lat)
+}
+
+// TestIdleConnectionsKeepNoReplyBuffers: connections that once read a large
+// value and then idle cost kvd no buffer of that size. 300 binary and 100
+// text connections each GET a 1 MiB value, read it all, and stay open; kvd's
+// RSS grows by less than 96 MiB. (Each connection used to keep the value's
+// copy and its reply buffer: 1.3–2 MB per connection, 2.6 GB for 2,000.)
+// memcached's figure is logged beside kvd's.
+func TestIdleConnectionsKeepNoReplyBuffers(t *testing.T) {
+	const binaryConns, textConns, growthKB = 300, 100, 96 << 10
+	k := startKVD(t, `{"anonymous_bucket": "default", "buckets": [{"name": "default"}]}`,
+		"--metrics-listen", freeAddr(t))
+	base, after := idleAfterLargeGets(t, k.Addr, k.cmd.Process.Pid, binaryConns, textConns)
+	t.Logf("kvd: RSS %d MiB before, %d MiB with %d+%d connections idle after a 1 MiB GET each",
+		base>>10, after>>10, binaryConns, textConns)
+	if after-base > growthKB {
+		t.Errorf("kvd's RSS grew by %d MiB for %d idle connections (limit %d MiB): they keep buffers of the values they read",
+			(after-base)>>10, binaryConns+textConns, growthKB>>10)
+	}
+	t.Run("memcached", func(t *testing.T) {
+		addr := startMemcached(t) // skips loudly without it
+		base, after := idleAfterLargeGets(t, addr, memcachedPid(t, addr), binaryConns, textConns)
+		t.Logf("memcached: RSS %d MiB before, %d MiB after", base>>10, after>>10)
+	})
+}
+
+// idleAfterLargeGets stores a 1 MiB value at addr, then opens binaryConns
+// binary and textConns text connections that each GET it, read all of the
+// reply and stay open; it returns the server's RSS (KiB) before and after.
+func idleAfterLargeGets(t *testing.T, addr string, pid, binaryConns, textConns int) (baseKB, afterKB int) {
+	t.Helper()
+	value := strings.Repeat("V", 1<<20-512)
+	setup := dialRaw(t, addr)
+	setup.expectStatus("SET big", reqWith(mc.OpSet, 1, mc.AppendSetExtras(nil, 0, 0), "big", value), mc.StatusOK)
+	if res := setup.call(reqWith(mc.OpGet, 2, nil, "big", "")); string(res.Value) != value {
+		t.Fatalf("GET big: status %v, %d bytes", res.Status, len(res.Value))
+	}
+	baseKB = rssKB(t, pid)
+	for i := range binaryConns {
+		c := dialRaw(t, addr)
+		if res := c.call(reqWith(mc.OpGet, uint32(i), nil, "big", "")); res.Status != mc.StatusOK || len(res.Value) != len(value) {
+			t.Fatalf("binary connection %d: GET big: status %v, %d bytes", i, res.Status, len(res.Value))
+		}
+	}
+	want := "VALUE big 0 " + strconv.Itoa(len(value)) + "\r\n" + value + "\r\nEND\r\n"
+	got := make([]byte, len(want))
+	for i := range textConns {
+		nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = nc.Close() })
+		_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := nc.Write([]byte("get big\r\n")); err != nil {
+			t.Fatalf("text connection %d: %v", i, err)
+		}
+		if _, err := io.ReadFull(nc, got); err != nil || string(got) != want {
+			t.Fatalf("text connection %d: get big: %v, reply starts %.40q", i, err, got)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	return baseKB, rssKB(t, pid)
 }
