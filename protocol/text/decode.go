@@ -413,32 +413,46 @@ func (c *Command) parseFlush(tk *tokens) *Error {
 	return nil
 }
 
-// parseDigits reads an optional sign and decimal digits, as strtol does;
-// ok is false without digits, with trailing junk, or past 64 bits.
+// parseDigits reads a number the way memcached's safe_strto* helpers read
+// one with strtoull or strtol: leading white space is skipped, an optional
+// sign and decimal digits follow, and the number ends at the token's end or
+// at white space, after which anything is ignored (memcached splits a line
+// on spaces only, so "5\tjunk" is one token, read as 5). ok is false
+// without digits, with other trailing bytes, or past 64 bits (ERANGE).
 func parseDigits(b []byte) (v uint64, neg, ok bool) {
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
 	if len(b) > 0 && (b[0] == '+' || b[0] == '-') {
 		neg, b = b[0] == '-', b[1:]
 	}
-	if len(b) == 0 {
-		return 0, false, false
-	}
-	for _, ch := range b {
-		if ch < '0' || ch > '9' {
-			return 0, false, false
-		}
-		d := uint64(ch - '0')
+	digits := 0
+	for ; digits < len(b) && b[digits] >= '0' && b[digits] <= '9'; digits++ {
+		d := uint64(b[digits] - '0')
 		if v > (1<<64-1-d)/10 {
 			return 0, false, false
 		}
 		v = v*10 + d
 	}
+	if digits == 0 || digits < len(b) && !isSpace(b[digits]) {
+		return 0, false, false
+	}
 	return v, neg, true
 }
 
-// parseUint64 is safe_strtoull: no negative numbers.
+// isSpace is C's isspace in the "C" locale.
+func isSpace(ch byte) bool { return ch == ' ' || ch >= '\t' && ch <= '\r' }
+
+// parseUint64 is safe_strtoull: strtoull negates a number after a minus
+// sign (modulo 2^64), and memcached refuses the result only when it reads
+// as negative in 64 signed bits, so "-0" is 0 and "-18446744073709551615"
+// is 1.
 func parseUint64(b []byte) (uint64, bool) {
 	v, neg, ok := parseDigits(b)
-	if !ok || neg && v != 0 {
+	if neg {
+		v = -v
+	}
+	if !ok || neg && int64(v) < 0 {
 		return 0, false
 	}
 	return v, true
