@@ -72,7 +72,8 @@ func (c *Catalog) Prepare(cmd Admin, name string, body []byte) (apply func(who s
 // Flush empties bucket b and makes that durable: FLUSH and text's
 // flush_all, run off the event loop. With at > 0 (an absolute Unix time:
 // memcached's delayed flush) the items that exist then go then, and are
-// served until then; a time in the past changes nothing.
+// served until then; a time that has passed changes nothing (the server
+// turns one after its start into 0, as memcached does).
 func (c *Catalog) Flush(b *Bucket, at, now uint32) error {
 	var err error
 	if at == 0 {

@@ -204,7 +204,7 @@ func (c *conn) admin(req *mc.Request, cmd catalog.Admin, what string) {
 // flush handles FLUSH/FLUSHQ: every item of the selected bucket goes, and
 // nothing of any other bucket. With a delay in the extras (memcached's
 // semantics) the items that exist when the delay ends go then, and are
-// served until then; an absolute time in the past changes nothing.
+// served until then (see flushBucket for a time that has passed).
 func (c *conn) flush(req *mc.Request) {
 	if c.bucket == nil {
 		c.replyError(req, mc.StatusNoBucket, "no bucket selected")
@@ -225,11 +225,25 @@ func (c *conn) flush(req *mc.Request) {
 }
 
 // flushBucket flushes bk (catalog.Flush) after delay, in memcached's
-// meaning: FLUSH and flush_all, on a worker.
+// meaning: FLUSH and flush_all, on a worker. An absolute time that has
+// passed flushes at once if it is after the server started, and changes
+// nothing if it is before, as memcached's realtime() has it (its start
+// counts from memcachedStartSlack earlier).
 func (s *Server) flushBucket(bk *catalog.Bucket, delay uint32) error {
 	now := uint32(s.opts.Now().Unix())
-	return s.cat.Flush(bk, command.ExpiryAt(delay, now), now)
+	at := command.ExpiryAt(delay, now)
+	if at != 0 && at <= now {
+		if int64(at) <= s.started.Unix()-memcachedStartSlack {
+			return nil
+		}
+		at = 0
+	}
+	return s.cat.Flush(bk, at, now)
 }
+
+// memcachedStartSlack: memcached dates its start ITEM_UPDATE_INTERVAL + 2
+// seconds before it (process_started in memcached.c).
+const memcachedStartSlack = 62
 
 // stats answers STAT: one reply per statistic, then an empty terminator.
 // The groups are package observe's (observe.View.Stats); an unknown one

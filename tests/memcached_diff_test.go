@@ -75,7 +75,8 @@ func flushReq(delay uint32) *mc.Request {
 
 // TestMemcachedDiffFlushDelay: FLUSH with a delay keeps serving items until
 // the deadline, then invalidates everything written before it (also after
-// the FLUSH); an absolute time in the past is ignored; 0 flushes at once.
+// the FLUSH); an absolute time before the server started is ignored, one
+// that has passed since flushes at once; 0 flushes at once.
 // Needs the server wiring of Bucket.FlushAt (kvd flushes at once without it).
 func TestMemcachedDiffFlushDelay(t *testing.T) {
 	p := newDiffPair(t)
@@ -94,6 +95,9 @@ func TestMemcachedDiffFlushDelay(t *testing.T) {
 	past := uint32(time.Now().Unix()) - 100
 	p.same("FLUSH at an absolute time in the past", flushReq(past))
 	p.same("GET c after a FLUSH in the past", get("c"))
+	p.same("FLUSH at an absolute time just passed", flushReq(uint32(time.Now().Unix())-1))
+	p.same("GET c after a FLUSH just passed", get("c"))
+	p.same("SET c again", setReq("c", "3"))
 	p.same("FLUSH delay 30 days (relative)", flushReq(30*24*3600))
 	p.same("GET c after a FLUSH in 30 days", get("c"))
 	p.same("FLUSH delay 0", flushReq(0))
