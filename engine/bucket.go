@@ -298,7 +298,8 @@ func (b *Bucket) Delete(key []byte, cas uint64, now uint32) error {
 // digits (memcached pads it with spaces to the old length when shorter). A missing item is created with
 // initial (stored as decimal text, given expiry, flags 0) and initial is
 // returned, if create; else ErrNotFound. Existing items keep flags and
-// expiry. cas != 0 must match a live item's CAS (ErrExists); a missing item
+// expiry. cas != 0 must match a live item's CAS (ErrExists), checked after
+// an empty value (ErrNonNumeric), as memcached does; a missing item
 // is created whatever cas is, as memcached does. Returns the new value and
 // CAS.
 func (b *Bucket) Arith(key []byte, incr bool, delta, initial uint64, expiry uint32, create bool, cas uint64, now uint32) (uint64, uint64, error) {
@@ -324,6 +325,9 @@ func (b *Bucket) ArithItem(key []byte, incr bool, delta, initial uint64, expiry 
 	err := b.mutate(key, now, true, func(ik []byte, cur current) error {
 		created = false
 		if cur.live {
+			if len(cur.value) == 0 {
+				return ErrNonNumeric // before the CAS, as memcached's do_add_delta
+			}
 			if err := checkCAS(&cur, cas); err != nil {
 				return err
 			}

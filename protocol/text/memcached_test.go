@@ -120,6 +120,7 @@ var hostileCases = []hostileCase{
 	// the keys before (and, pipelined, for earlier commands not yet flushed).
 	{"long key mid get", "get a " + strings.Repeat("a", 251) + " a\r\n"},
 	{"long keys other commands", "incr " + strings.Repeat("a", 251) + " 1\r\ntouch " + strings.Repeat("a", 251) + " 1\r\ndelete " + strings.Repeat("a", 251) + "\r\nmg " + strings.Repeat("a", 251) + " v\r\nms " + strings.Repeat("a", 251) + " 1\r\nx\r\n"},
+	{"ma on an empty value with another CAS", "ms k 0\r\n\r\nma k C1 O3 v\r\nincr k 1\r\nmn\r\n"},
 	{"meta numbers with white space", "ms k 1\t\r\na\r\nms k 1 F5\t\r\nb\r\nmg k T10\t t v f\r\nms n 1\r\n5\r\nma n D5\t v\r\nma m N0\t J5\t v\r\nmn\r\n"},
 	{"meta numbers wrapping past 2^64", "ms k 1 F-18446744073709551611\r\na\r\nmg k f v\r\nms n 1\r\n5\r\nma n D-18446744073709551615 v\r\nma n D-1 v\r\nmn\r\n"},
 	{"ms bad base64 swallows", "ms a 2 b\r\nhi\r\nmn\r\n"},
