@@ -109,6 +109,7 @@ type Budget struct {
 	paused map[*Holder]struct{} // guarded by mu: the Holders with a pause reason
 
 	overSince, lastClose, lastFree time.Time // Tick's own
+	tickList                       []*Holder // Tick's own: the paused set it works through
 	refusedLogged                  int64     // Tick's own: Refused when it last logged
 	lastRefusedLog                 time.Time
 }
@@ -145,8 +146,16 @@ type Holder struct {
 	paused uint8  // pause reasons
 	epfd   int    // the loop's epoll descriptor: 0 unknown yet, -1 unavailable
 
+	interest uint8 // the read interest setReading last set (interest bits); 0 none yet
+	wrote    bool  // the connection gave gnet replies since the last Account (Wrote)
+
 	pub    atomic.Int64 // held, for housekeeping
 	resume atomic.Bool  // housekeeping lets a memory-paused connection go on
+
+	// Tick's own (due): pub when it last looked, and the gap between its
+	// wakes of this paused connection and the ticks left until the next.
+	tickHeld          int64
+	tickGap, tickWait int
 }
 
 // Init ties h to its connection, named remote in the log.
@@ -177,8 +186,9 @@ func (b *Budget) Account(h *Holder, in, out, frame int, stall Stall, lim Limits)
 	was := h.paused
 	h.paused = h.want(in, out, stall, held-int64(frame), total, lim)
 	if h.paused != 0 || was != 0 {
-		h.setReading(b.log, h.paused == 0, out > 0, h.paused&pausedMemory != 0)
+		h.setInterest(b.log, h.paused == 0, out > 0, h.paused&pausedMemory != 0)
 	}
+	h.wrote = false
 	// Housekeeping looks at the connections paused for memory or output;
 	// one paused for input only is woken by what stalls it (its batch, the
 	// throttle's tick).
@@ -279,6 +289,47 @@ func (b *Budget) Unpause(h *Holder, writing bool) {
 	h.setReading(b.log, true, writing, false)
 }
 
+// Wrote tells h that its connection gave gnet replies (gnet.Conn.Write)
+// since the last Account: gnet may have changed the socket's interest.
+func (h *Holder) Wrote() { h.wrote = true }
+
+// Bits of Holder.interest.
+const (
+	interestSet uint8 = 1 << iota
+	interestOn
+	interestWriting
+	interestHangup
+)
+
+// setInterest is setReading unless that interest is the one set last and
+// gnet cannot have changed it since. gnet changes it only when a write
+// leaves replies in an empty outbound buffer (reading and writing on),
+// which happens in the connection's own pass (Wrote), and when that buffer
+// drains (reading on), after which out is 0 and the interest wanted has no
+// writing where the one set last had it. A paused connection woken by
+// every Tick then costs no epoll_ctl a pass (1,500 readers that never read
+// spent half of kvd's CPU in it).
+func (h *Holder) setInterest(log *slog.Logger, on, writing, hangup bool) {
+	if interestOf(on, writing, hangup) == h.interest && !h.wrote {
+		return
+	}
+	h.setReading(log, on, writing, hangup)
+}
+
+func interestOf(on, writing, hangup bool) uint8 {
+	i := interestSet
+	if on {
+		i |= interestOn
+	}
+	if writing {
+		i |= interestWriting
+	}
+	if hangup {
+		i |= interestHangup
+	}
+	return i
+}
+
 // setReading puts the socket's interest in its loop's epoll set to read (on)
 // or to nothing but write when replies wait (off). With hangup, a client's
 // FIN (EPOLLRDHUP) reaches gnet, which then closes the connection: a
@@ -289,6 +340,7 @@ func (b *Budget) Unpause(h *Holder, writing bool) {
 // Account turns it off again on the next pass if the connection is still
 // paused.
 func (h *Holder) setReading(log *slog.Logger, on, writing, hangup bool) {
+	h.interest = interestOf(on, writing, hangup)
 	if rs, ok := h.conn.(ReadSwitch); ok {
 		_ = rs.SetReading(on, writing, hangup)
 		return
@@ -309,17 +361,25 @@ func (b *Budget) watch(h *Holder, on bool) {
 	b.mu.Unlock()
 }
 
-// pausedHolders returns the paused set, those holding the least first.
-func (b *Budget) pausedHolders() []*Holder {
+// pausedHolders lists the paused set in b.tickList, those holding the
+// least first when sorted.
+func (b *Budget) pausedHolders(sorted bool) []*Holder {
 	b.mu.Lock()
-	list := make([]*Holder, 0, len(b.paused))
+	list := b.tickList[:0]
 	for h := range b.paused {
 		list = append(list, h)
 	}
 	b.mu.Unlock()
-	slices.SortFunc(list, func(x, y *Holder) int { return cmp.Compare(x.pub.Load(), y.pub.Load()) })
+	if sorted {
+		slices.SortFunc(list, func(x, y *Holder) int { return cmp.Compare(x.pub.Load(), y.pub.Load()) })
+	}
+	b.tickList = list
 	return list
 }
+
+// MaxWakeGap is the most ticks housekeeping lets pass between two wakes of
+// a paused connection whose figures do not change (Holder.due).
+const MaxWakeGap = 8
 
 // Tick is housekeeping's part, called from one goroutine: wake paused
 // connections to look at their output, let memory-paused ones go on when
@@ -329,16 +389,43 @@ func (b *Budget) pausedHolders() []*Holder {
 func (b *Budget) Tick(now time.Time, budget int64, all iter.Seq[*Holder]) {
 	total := b.held.Load()
 	room := budget*3/4 - total
-	for _, h := range b.pausedHolders() {
-		if room > 0 {
+	list := b.pausedHolders(room > 0) // the order matters only when there is room to give
+	for i, h := range list {
+		resumed := room > 0
+		if resumed {
 			room -= h.pub.Load() + PauseFloor
 			h.resume.Store(true)
 		}
-		_ = h.conn.Wake(nil)
+		if h.due() || resumed {
+			_ = h.conn.Wake(nil)
+		}
+		list[i] = nil
 	}
 	b.lastResort(now, total, budget, all)
 	b.logRefused(now, total, budget)
 	b.freeOS(now, total)
+}
+
+// due reports whether housekeeping wakes h, paused, in this tick, so that
+// a pass looks at what gnet still holds for it (gnet tells nobody when an
+// outbound buffer drains): at once when what it holds changed since the
+// last tick, else after a gap that doubles while nothing changes, up to
+// MaxWakeGap ticks. A connection whose client reads nothing then costs a
+// pass every MaxWakeGap ticks, not every tick (1,500 of them woke kvd's
+// loops 150,000 times a second); one whose client reads is looked at again
+// within a tick of a pass that saw it.
+func (h *Holder) due() bool {
+	if cur := h.pub.Load(); cur != h.tickHeld {
+		h.tickHeld, h.tickGap, h.tickWait = cur, 1, 0
+		return true
+	}
+	if h.tickWait > 0 {
+		h.tickWait--
+		return false
+	}
+	h.tickGap = min(2*max(h.tickGap, 1), MaxWakeGap)
+	h.tickWait = h.tickGap - 1
+	return true
 }
 
 // lastResort closes the connection holding the most when the node has been

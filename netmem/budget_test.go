@@ -58,10 +58,11 @@ func TestAccount(t *testing.T) {
 		stall          Stall // why the input cannot be decoded now
 		other          int   // what the second connection holds (its input)
 		resume         bool  // housekeeping let the connection go on before this pass
+		wrote          bool  // the pass gave gnet replies (Wrote)
 		close          bool
 		paused         bool   // paused for memory or output: decodes nothing
 		inPaused       bool   // paused for input only: not read, still decoding, not in Stats.Paused
-		reading        string // the SetReading of this pass, "" for none
+		reading        string // the SetReading of this pass, "" for none (also when the interest set last stands)
 		mem, outp, inp int64  // pauses counted so far
 	}
 	for _, tc := range []struct {
@@ -91,8 +92,8 @@ func TestAccount(t *testing.T) {
 		}},
 		{"output pauses past the cap, until half of it", []pass{
 			{out: 256<<10 + 1, paused: true, inPaused: true, reading: "off+w", outp: 1},
-			{out: 200 << 10, paused: true, inPaused: true, reading: "off+w", outp: 1},
-			{out: 128 << 10, inPaused: true, reading: "off+w", outp: 1}, // decodes again, still not read
+			{out: 200 << 10, paused: true, inPaused: true, outp: 1}, // the same interest: no epoll_ctl
+			{out: 128 << 10, inPaused: true, outp: 1},               // decodes again, still not read
 			{out: 0, reading: "on", outp: 1},
 		}},
 		{"resume ends a memory pause, not an output pause", []pass{
@@ -109,13 +110,22 @@ func TestAccount(t *testing.T) {
 		{"a waiting connection is read up to ConnWaiting, then until half of it is left", []pass{
 			{in: 256 << 10, stall: Waiting},
 			{in: 256<<10 + 1, stall: Waiting, inPaused: true, reading: "off", inp: 1},
-			{in: 128<<10 + 1, stall: Waiting, inPaused: true, reading: "off", inp: 1},
+			{in: 128<<10 + 1, stall: Waiting, inPaused: true, inp: 1},
 			{in: 128 << 10, stall: Waiting, reading: "on", inp: 1},
 			{in: 1, stall: Busy, inPaused: true, reading: "off", inp: 2},
 		}},
 		{"input that is not stalled is read, whatever it holds", []pass{
 			{in: 512 << 10},
 			{out: 300 << 10, stall: Busy, paused: true, inPaused: true, reading: "off+w", outp: 1},
+		}},
+		{"the interest is set again only when gnet may have changed it", []pass{
+			{out: 300 << 10, stall: Busy, paused: true, inPaused: true, reading: "off+w", outp: 1},
+			{out: 300 << 10, stall: Busy, paused: true, inPaused: true, outp: 1},
+			{out: 300 << 10, stall: Busy, wrote: true, paused: true, inPaused: true, reading: "off+w", outp: 1}, // a write may have turned reading on
+			{out: 200 << 10, stall: Busy, paused: true, inPaused: true, outp: 1},                                // part of it sent: gnet left it alone
+			{in: PauseFloor, other: 2 << 20, paused: true, reading: "off+hup", mem: 1, outp: 1},                 // drained to 0: gnet turned reading on
+			{in: PauseFloor, other: 2 << 20, paused: true, mem: 1, outp: 1},
+			{in: PauseFloor, other: 2 << 20, wrote: true, paused: true, reading: "off+hup", mem: 1, outp: 1},
 		}},
 		{"past the per-connection limit it closes", []pass{
 			{in: 8<<20 + 1, close: true},
@@ -129,6 +139,9 @@ func TestAccount(t *testing.T) {
 				b.Account(other, p.other, 0, 0, NotStalled, noPause)
 				if p.resume {
 					h.resume.Store(true)
+				}
+				if p.wrote {
+					h.Wrote()
 				}
 				before := len(f.reading)
 				if got := b.Account(h, p.in, p.out, p.frame, p.stall, testLimits); got != p.close {
@@ -360,5 +373,47 @@ func TestFreeOS(t *testing.T) {
 		if released != step.wanted {
 			t.Fatalf("at +%v holding %d: released %d times, want %d", step.at, step.held, released, step.wanted)
 		}
+	}
+}
+
+// TestTickWakesBackOff: a paused connection whose figures stand is woken
+// after gaps that double up to MaxWakeGap ticks; one whose figures changed
+// is woken at the next tick; one given room is woken whatever its gap.
+func TestTickWakesBackOff(t *testing.T) {
+	lim := Limits{Budget: 1 << 20, ConnOutput: 1 << 30, ConnWaiting: 1 << 30, ConnBuffer: 1 << 30}
+	b := newTestBudget()
+	h, f := newHolder("stuck")
+	other, _ := newHolder("other") // keeps the node over its budget: no room
+	b.Account(other, 2<<20, 0, 0, NotStalled, noPause)
+	if b.Account(h, PauseFloor, 0, 0, NotStalled, lim); !h.Paused() {
+		t.Fatal("not paused")
+	}
+	var woken []int
+	tick := func(i int) {
+		before := f.wakes
+		b.Tick(time.Unix(0, 0), lim.Budget, all(h, other))
+		if f.wakes > before {
+			woken = append(woken, i)
+		}
+	}
+	for i := range 40 {
+		tick(i)
+	}
+	if want := []int{0, 1, 3, 7, 15, 23, 31, 39}; !slices.Equal(woken, want) {
+		t.Fatalf("woken at ticks %v, want %v", woken, want)
+	}
+	woken = nil
+	b.Account(h, PauseFloor+1, 0, 0, NotStalled, lim) // a pass saw its figures change
+	for i := 40; i < 46; i++ {
+		tick(i)
+	}
+	if want := []int{40, 41, 43}; !slices.Equal(woken, want) {
+		t.Fatalf("after a change woken at ticks %v, want %v", woken, want)
+	}
+	woken = nil
+	b.Forget(other) // room: resumed and woken at once (its gap would wake it at 47)
+	tick(46)
+	if want := []int{46}; !slices.Equal(woken, want) || !h.resume.Load() {
+		t.Fatalf("with room woken at %v (resume %v), want [46] and resume", woken, h.resume.Load())
 	}
 }

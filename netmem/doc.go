@@ -43,8 +43,10 @@
 //     an admitted frame would free nothing: it finishes it.)
 //
 // The server's housekeeping calls [Budget.Tick] every few milliseconds. It
-// wakes every paused connection (gnet tells nobody when an outbound buffer
-// drains, so a pass must look again), lets memory-paused connections go on,
+// wakes the paused connections (gnet tells nobody when an outbound buffer
+// drains, so a pass must look again): one whose figures changed at the
+// next tick, one whose figures stand after a gap that doubles up to
+// [MaxWakeGap] ticks. It lets memory-paused connections go on,
 // those holding the least first, while the total stays under 3/4 of the
 // budget; closes the connection holding the most as the last resort, when
 // the node has been over its budget for [CloseGrace] or is over twice its

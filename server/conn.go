@@ -293,6 +293,7 @@ const outFlush = 256 << 10
 // the socket does not take, and drops a buffer grown past 1 MiB.
 func (c *conn) flushOut() {
 	_, _ = c.gc.Write(c.out)
+	c.mem.Wrote()
 	if cap(c.out) > keepScratch {
 		c.out = nil
 	} else {
