@@ -292,14 +292,16 @@ func TestLastResort(t *testing.T) {
 		name   string
 		held   []int           // what each connection holds
 		ticks  []time.Duration // since t0
-		closes []int           // closes of the largest holder after each tick
+		closes [][2]int        // closes of the largest holder and of the other after each tick
 	}{
-		{"under the budget", []int{512 << 10, 256 << 10}, []time.Duration{0, 10 * time.Second}, []int{0, 0}},
-		{"over: grace, then one a second", []int{700 << 10, 500 << 10},
-			[]time.Duration{0, 4900 * time.Millisecond, 5 * time.Second, 5500 * time.Millisecond, 6 * time.Second},
-			[]int{0, 0, 1, 1, 2}},
+		{"under the budget", []int{512 << 10, 256 << 10}, []time.Duration{0, 10 * time.Second}, [][2]int{{0, 0}, {0, 0}}},
+		// The fake connections stay open when closed: what the one being
+		// closed holds no longer counts, so it is enough.
+		{"over: grace, then the largest", []int{700 << 10, 500 << 10},
+			[]time.Duration{0, 4900 * time.Millisecond, 5 * time.Second, 6 * time.Second},
+			[][2]int{{0, 0}, {0, 0}, {1, 0}, {1, 0}}},
 		{"over twice the budget: at once", []int{1500 << 10, 700 << 10},
-			[]time.Duration{0, 10 * time.Millisecond}, []int{1, 2}},
+			[]time.Duration{0, 10 * time.Millisecond}, [][2]int{{1, 0}, {1, 0}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newTestBudget()
@@ -312,12 +314,12 @@ func TestLastResort(t *testing.T) {
 			}
 			for i, d := range tc.ticks {
 				b.Tick(t0.Add(d), lim.Budget, all(hs...))
-				if fs[0].closes != tc.closes[i] || fs[1].closes != 0 {
-					t.Fatalf("tick %d (+%v): closes %d/%d, want %d/0", i, d, fs[0].closes, fs[1].closes, tc.closes[i])
+				if got := [2]int{fs[0].closes, fs[1].closes}; got != tc.closes[i] {
+					t.Fatalf("tick %d (+%v): closes %v, want %v", i, d, got, tc.closes[i])
 				}
 			}
-			if st := b.Stats(); st.Closed != int64(tc.closes[len(tc.closes)-1]) {
-				t.Fatalf("closed %d", st.Closed)
+			if last := tc.closes[len(tc.closes)-1]; b.Stats().Closed != int64(last[0]+last[1]) {
+				t.Fatalf("closed %d", b.Stats().Closed)
 			}
 		})
 	}
@@ -415,5 +417,80 @@ func TestTickWakesBackOff(t *testing.T) {
 	tick(46)
 	if want := []int{46}; !slices.Equal(woken, want) || !h.resume.Load() {
 		t.Fatalf("with room woken at %v (resume %v), want [46] and resume", woken, h.resume.Load())
+	}
+}
+
+// TestLastResortFreesRoom: after CloseGrace without room the last resort
+// closes the largest holders until the node is under 3/4 of its budget, in
+// one round; a node between 3/4 of its budget and all of it is without room
+// only while a connection is paused for memory.
+func TestLastResortFreesRoom(t *testing.T) {
+	lim := Limits{Budget: 1 << 20, ConnOutput: 1 << 30, ConnWaiting: 1 << 30, ConnBuffer: 1 << 30}
+	t0 := time.Unix(1000, 0)
+	t.Run("many equal holders", func(t *testing.T) {
+		b := newTestBudget()
+		var hs []*Holder
+		var fs []*fakeConn
+		for range 20 { // 20 × 64 KiB = 1.25 MiB: paused for memory as the total passes the budget
+			h, f := newHolder("c")
+			b.Account(h, PauseFloor, 0, 0, NotStalled, lim)
+			hs, fs = append(hs, h), append(fs, f)
+		}
+		b.Tick(t0, lim.Budget, all(hs...))
+		b.Tick(t0.Add(CloseGrace), lim.Budget, all(hs...))
+		closed := 0
+		for _, f := range fs {
+			closed += f.closes
+		}
+		// Under 3/4 of the budget (768 KiB), where paused connections go on:
+		// 1.25 MiB - 9 × 64 KiB = 704 KiB.
+		if st := b.Stats(); closed != 9 || st.Closed != 9 {
+			t.Fatalf("closed %d (Stats %d), want 9", closed, st.Closed)
+		}
+	})
+	t.Run("one round a second", func(t *testing.T) {
+		b := newTestBudget()
+		a, fa := newHolder("a")
+		c, fc := newHolder("c")
+		b.Account(a, 0, 700<<10, 0, NotStalled, lim)
+		b.Account(c, 0, 500<<10, 0, NotStalled, lim)
+		b.Tick(t0, lim.Budget, all(a, c))
+		b.Tick(t0.Add(CloseGrace), lim.Budget, all(a, c)) // a closed: 500 KiB left
+		b.Account(c, 0, 1100<<10, 0, NotStalled, lim)     // c grows past the budget
+		b.Tick(t0.Add(CloseGrace+CloseEvery/2), lim.Budget, all(a, c))
+		if fa.closes != 1 || fc.closes != 0 {
+			t.Fatalf("within CloseEvery: closes %d/%d, want 1/0", fa.closes, fc.closes)
+		}
+		b.Tick(t0.Add(CloseGrace+CloseEvery), lim.Budget, all(a, c))
+		if fa.closes != 1 || fc.closes != 1 {
+			t.Fatalf("after CloseEvery: closes %d/%d, want 1/1", fa.closes, fc.closes)
+		}
+	})
+	for _, tc := range []struct {
+		name   string
+		paused bool // the large holder was paused for memory
+		closes int
+	}{
+		{"between 3/4 and the budget, paused for memory: no room", true, 1},
+		{"between 3/4 and the budget, nobody paused: room enough", false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newTestBudget()
+			h, f := newHolder("large")
+			other, _ := newHolder("other")
+			if tc.paused {
+				b.Account(other, 200<<10, 0, 0, NotStalled, noPause)
+			}
+			b.Account(h, 900<<10, 0, 0, NotStalled, lim)
+			if h.Paused() != tc.paused {
+				t.Fatalf("paused %v, want %v", h.Paused(), tc.paused)
+			}
+			b.Account(other, 0, 0, 0, NotStalled, noPause) // 900 KiB now: under the budget, over 3/4 of it
+			b.Tick(t0, lim.Budget, all(h, other))
+			b.Tick(t0.Add(CloseGrace), lim.Budget, all(h, other))
+			if f.closes != tc.closes {
+				t.Fatalf("closes %d, want %d", f.closes, tc.closes)
+			}
+		})
 	}
 }

@@ -48,9 +48,11 @@
 // next tick, one whose figures stand after a gap that doubles up to
 // [MaxWakeGap] ticks. It lets memory-paused connections go on,
 // those holding the least first, while the total stays under 3/4 of the
-// budget; closes the connection holding the most as the last resort, when
-// the node has been over its budget for [CloseGrace] or is over twice its
-// budget, at most one per [CloseEvery]; logs the frames Admit refused, at
+// budget; as the last resort closes the connections holding the most, as
+// many as it takes to bring the total under 3/4 of the budget, when the
+// node has gone [CloseGrace] without room (over its budget, or over 3/4 of
+// it while connections are paused for memory and so cannot go on) or is
+// over twice its budget, at most once per [CloseEvery]; logs the frames Admit refused, at
 // most a line a second; and returns freed memory to the OS
 // once the connections hold a quarter of their peak or less (at least
 // [FreeOSMin] of peak, at most every [FreeOSEvery]).

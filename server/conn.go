@@ -301,10 +301,16 @@ func (c *conn) flushOut() {
 	}
 }
 
-// outputFull reports whether the replies of this pass and those gnet still
-// holds reach max_conn_output: decoding stops there.
+// outputFull reports whether decoding stops for the replies of this pass
+// and those gnet still holds: at max_conn_output, or at netmem.PauseFloor
+// while the node is over max_buffer_bytes with them (the end of the pass
+// then pauses the connection for memory). Without the second, each
+// connection a pass resumed could add max_conn_output before the budget
+// saw any of it.
 func (c *conn) outputFull() bool {
-	return len(c.out)+c.gc.OutboundBuffered() >= c.srv.opts.MaxConnOutput
+	pending := len(c.out) + c.gc.OutboundBuffered()
+	return pending >= c.srv.opts.MaxConnOutput || pending >= netmem.PauseFloor &&
+		c.srv.flow.Over(&c.mem, int64(pending+c.gc.InboundBuffered()), c.srv.limits().MaxBufferBytes)
 }
 
 // account reports what the connection holds after a pass to the node's
