@@ -323,3 +323,41 @@ func idleAfterLargeGets(t *testing.T, addr string, pid, binaryConns, textConns i
 	time.Sleep(500 * time.Millisecond)
 	return baseKB, rssKB(t, pid)
 }
+
+// TestReadersThatLeaveAreClosed: connections paused for max_buffer_bytes
+// whose clients have gone are closed, and what they held comes back. 400
+// connections pipeline GETs of a 1 MiB value without reading, against a
+// 16 MiB budget, and close; a client that closes with commands kvd has not
+// read sends its FIN behind them, so kvd cannot see it leave while the
+// connection is paused. Within 20 s kvd holds nothing and has no connection
+// left but the one asking. (Closing one connection a second as the last
+// resort, with no paused connection let go while the node sat at 3/4 of
+// its budget, left hundreds open for minutes.)
+func TestReadersThatLeaveAreClosed(t *testing.T) {
+	const budget, readers = 16 << 20, 400
+	k := startKVD(t, configWith(t, `{"anonymous_bucket": "default", "buckets": [{"name": "default"}]}`,
+		map[string]any{"max_buffer_bytes": budget, "idle_timeout_ms": 120000}), "--metrics-listen", freeAddr(t))
+	setup := dialRaw(t, k.Addr)
+	setup.expectStatus("SET big", reqWith(mc.OpSet, 1, mc.AppendSetExtras(nil, 0, 0), "big", strings.Repeat("V", 1<<20)), mc.StatusOK)
+	_ = setup.nc.Close()
+	conns := openHostile(t, k.Addr, memLoad{readers: readers})
+	held := generalStat(t, k.Addr, "buffer_bytes")
+	t.Logf("%d readers: kvd holds %d MiB (budget %d MiB), %d connections paused for memory so far",
+		len(conns), held>>20, budget>>20, generalStat(t, k.Addr, "conn_pauses_memory"))
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	start := time.Now()
+	for {
+		held, open := generalStat(t, k.Addr, "buffer_bytes"), generalStat(t, k.Addr, "curr_connections")
+		if held == 0 && open <= 1 {
+			t.Logf("all closed %v after the clients left; conns_closed_memory %d", time.Since(start).Round(100*time.Millisecond),
+				generalStat(t, k.Addr, "conns_closed_memory"))
+			return
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("20 s after the clients left kvd still holds %d bytes in %d connections", held, open-1)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
