@@ -406,10 +406,10 @@ func (b *Budget) pausedHolders(sorted bool) []*Holder {
 const MaxWakeGap = 8
 
 // Tick is housekeeping's part, called from one goroutine: wake paused
-// connections to look at their output, let memory-paused ones go on when
-// there is room, close the worst holder as the last resort (all lists the
-// open connections' Holders; it is read only then), and return memory to
-// the OS after a peak.
+// connections to look at their output (due), let memory-paused ones go on
+// when there is room, close the largest holders as the last resort (all
+// lists the open connections' Holders; it is read only when the node is
+// past 3/4 of its budget), and return memory to the OS after a peak.
 func (b *Budget) Tick(now time.Time, budget int64, all iter.Seq[*Holder]) {
 	total := b.held.Load()
 	room := budget*3/4 - total
