@@ -368,12 +368,20 @@ func (c *conn) refuseAtHeader(hdr []byte) bool {
 	}
 	req, valueLen := binary.PeekRequest(hdr)
 	frame, budget := binary.FrameLen(hdr), c.srv.limits().MaxBufferBytes
+	tooBig := valueLen > c.srv.opts.MaxItemSize
+	if tooBig || valueLen > 0 && binary.ValueForbidden(req.Opcode) {
+		// Invalid arguments first, as memcached checks them before the size.
+		if err := binary.CheckHeaderShape(hdr); err != nil {
+			c.replyError(&req, binary.StatusInvalidArguments, err.Error())
+			c.swallow = frame
+			c.swallowBody()
+			return true
+		}
+	}
 	switch op := req.Opcode.NonQuiet(); {
-	case valueLen > c.srv.opts.MaxItemSize && (op == binary.OpSet || op == binary.OpAdd || op == binary.OpReplace ||
+	case tooBig && (op == binary.OpSet || op == binary.OpAdd || op == binary.OpReplace ||
 		op == binary.OpAppend || op == binary.OpPrepend):
 		c.replyError(&req, binary.StatusTooBig, "value too large")
-	case valueLen > 0 && binary.ValueForbidden(req.Opcode):
-		c.replyError(&req, binary.StatusInvalidArguments, req.Opcode.String()+" must not have a value")
 	case !c.srv.flow.Admit(frame, budget):
 		c.replyError(&req, binary.StatusOutOfMemory, "no room for a frame of "+strconv.Itoa(frame)+
 			" bytes: the connections hold max_buffer_bytes="+strconv.FormatInt(budget, 10))

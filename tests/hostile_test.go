@@ -514,3 +514,32 @@ func TestValueOnAValuelessCommandRefusedAtHeader(t *testing.T) {
 	}
 	wantUsable(t, c)
 }
+
+// TestInvalidArgumentsBeforeTooLarge: a storage command whose value is over
+// max_item_size and whose extras or key are wrong gets 0x04, as memcached
+// checks the arguments before the size (it then closes; kvd discards the
+// body and goes on, as for its other invalid-argument frames). A well-formed
+// one gets 0x03.
+func TestInvalidArgumentsBeforeTooLarge(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, testConfig)
+	c := dialRaw(t, k.Addr)
+	value := strings.Repeat("v", 2<<20)
+	for i, tc := range []struct {
+		what string
+		req  *mc.Request
+		want mc.Status
+	}{
+		{"SET with 4 bytes of extras", reqWith(mc.OpSet, 1, make([]byte, 4), "k", value), mc.StatusInvalidArguments},
+		{"SET with a 251-byte key", reqWith(mc.OpSet, 2, mc.AppendSetExtras(nil, 0, 0), strings.Repeat("k", 251), value), mc.StatusInvalidArguments},
+		{"SET without a key", reqWith(mc.OpSet, 3, mc.AppendSetExtras(nil, 0, 0), "", value), mc.StatusInvalidArguments},
+		{"APPEND with extras", reqWith(mc.OpAppend, 4, make([]byte, 8), "k", value), mc.StatusInvalidArguments},
+		{"SET, well-formed", reqWith(mc.OpSet, 5, mc.AppendSetExtras(nil, 0, 0), "k", value), mc.StatusTooBig},
+	} {
+		res := c.expectStatus(tc.what, tc.req, tc.want)
+		if res.Opaque != uint32(i+1) {
+			t.Fatalf("%s: opaque %d, want %d", tc.what, res.Opaque, i+1)
+		}
+	}
+	wantUsable(t, c)
+}

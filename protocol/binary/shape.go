@@ -62,21 +62,36 @@ var (
 // CheckShape does not look at the datatype, CAS, vbucket or frame infos, and
 // does not allocate unless it returns an error.
 func CheckShape(req *Request) error {
-	info := &opTable[req.Opcode]
+	return checkLens(req.Opcode, len(req.Extras), len(req.Key), len(req.Value))
+}
+
+// CheckHeaderShape is CheckShape on the lengths a request's header
+// declares, for answering a frame before its body has arrived (as
+// memcached checks them before it reads a value). hdr must hold at least
+// HeaderLen bytes whose lengths are consistent (PeekRequest's valueLen ≥ 0).
+func CheckHeaderShape(hdr []byte) error {
+	h := readHeader(hdr, hdr[0] == MagicAltRequest)
+	return checkLens(Opcode(h.opcode), int(h.extLen), int(h.keyLen),
+		int(h.body)-int(h.frameLen)-int(h.extLen)-int(h.keyLen))
+}
+
+// checkLens is CheckShape on the parts' lengths.
+func checkLens(op Opcode, extras, key, value int) error {
+	info := &opTable[op]
 	if !info.known {
 		return nil
 	}
 	s := info.shape
-	if n := len(req.Extras); n >= 32 || s.extras&(1<<n) == 0 {
-		return extrasError(req.Opcode, s.extras, n)
+	if extras >= 32 || s.extras&(1<<extras) == 0 {
+		return extrasError(op, s.extras, extras)
 	}
-	if err := s.key.check(req.Opcode, "key", len(req.Key)); err != nil {
+	if err := s.key.check(op, "key", key); err != nil {
 		return err
 	}
-	if len(req.Key) > MaxKeyLen {
-		return fmt.Errorf("%w: %v key is %d bytes, limit %d", ErrInvalidShape, req.Opcode, len(req.Key), MaxKeyLen)
+	if key > MaxKeyLen {
+		return fmt.Errorf("%w: %v key is %d bytes, limit %d", ErrInvalidShape, op, key, MaxKeyLen)
 	}
-	return s.value.check(req.Opcode, "value", len(req.Value))
+	return s.value.check(op, "value", value)
 }
 
 // ValueForbidden reports whether op is a known command that takes no value
