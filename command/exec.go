@@ -42,10 +42,10 @@ func Exec(bk *catalog.Bucket, r *Request, now uint32) {
 	case binary.OpSet, binary.OpAdd, binary.OpReplace:
 		bk.Counters.CmdSet.Add(1)
 		flags, exp, _ := binary.SetExtras(r.Extras)
-		r.CAS, err = bk.Store().Store(storeMode(op), r.Key, r.Value, flags, ExpiryAt(exp, now), r.Hdr.CAS, now)
+		r.CAS, err = bk.Store().Store(storeMode(op, r.Hdr.CAS), r.Key, r.Value, flags, ExpiryAt(exp, now), r.Hdr.CAS, now)
 	case binary.OpAppend, binary.OpPrepend:
 		bk.Counters.CmdSet.Add(1)
-		r.CAS, r.Size, err = bk.Store().StoreN(storeMode(op), r.Key, r.Value, 0, 0, r.Hdr.CAS, now)
+		r.CAS, r.Size, err = bk.Store().StoreN(storeMode(op, r.Hdr.CAS), r.Key, r.Value, 0, 0, r.Hdr.CAS, now)
 	case binary.OpDelete:
 		err = bk.Store().Delete(r.Key, r.Hdr.CAS, now)
 	case binary.OpIncrement, binary.OpDecrement:
@@ -91,9 +91,16 @@ func execRead(bk *catalog.Bucket, r *Request, now uint32, touch bool) error {
 	return nil
 }
 
-func storeMode(op binary.Opcode) engine.StoreMode {
+// storeMode is the engine's mode for op. A binary ADD with a CAS is a CAS
+// store, as memcached's process_bin_update makes it: stored when the CAS
+// matches, 0x02 when it does not, 0x01 when the item is missing. (Text's
+// meta add mode ignores its C, as memcached's does: translate drops it.)
+func storeMode(op binary.Opcode, cas uint64) engine.StoreMode {
 	switch op {
 	case binary.OpAdd:
+		if cas != 0 {
+			return engine.ModeSet
+		}
 		return engine.ModeAdd
 	case binary.OpReplace:
 		return engine.ModeReplace

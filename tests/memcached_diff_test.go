@@ -147,3 +147,29 @@ func TestMemcachedDiffGATK(t *testing.T) {
 	p.same("NOOP after a GATKQ miss", noop())
 	p.same("GET gk after GATK", get("gk"))
 }
+
+// TestMemcachedDiffAddWithCAS: a binary ADD with a CAS is a CAS store, as
+// in memcached (process_bin_update): stored when the CAS matches, 0x02 when
+// it is stale, 0x01 on a missing key; without a CAS it adds only.
+func TestMemcachedDiffAddWithCAS(t *testing.T) {
+	p := newDiffPair(t)
+	add := func(op mc.Opcode, key string, cas uint64) *mc.Request {
+		r := reqWith(op, 2, mc.AppendSetExtras(nil, 5, 0), key, "v5")
+		r.CAS = cas
+		return r
+	}
+	check := func(what string, m, k *mc.Response) {
+		t.Helper()
+		if d := replyDiff(m, k); d != "" {
+			t.Errorf("%s: %s\n memcached: %s\n kvd:       %s", what, d, showReply(m), showReply(k))
+		}
+	}
+	m, k := p.both(setReq("a", "1"))
+	check("ADD with the CAS of the SET", p.mcd.call(add(mc.OpAdd, "a", m.CAS)), p.kvd.call(add(mc.OpAdd, "a", k.CAS)))
+	check("ADD with the same CAS again (stale)", p.mcd.call(add(mc.OpAdd, "a", m.CAS)), p.kvd.call(add(mc.OpAdd, "a", k.CAS)))
+	p.same("GET a after the ADDs", get("a"))
+	p.same("ADD without a CAS on a present key", add(mc.OpAdd, "a", 0))
+	p.same("ADD with a CAS on a missing key", add(mc.OpAdd, "missing", 12345))
+	p.same("ADDQ with a CAS on a missing key", add(mc.OpAddQ, "missing", 12345))
+	p.same("GET missing", get("missing"))
+}
