@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -221,6 +222,10 @@ func (c *conn) serve() gnet.Action {
 			if c.collect != nil {
 				return gnet.None // answer what came before first
 			}
+			if errors.Is(err, binary.ErrFrameTooLarge) && isStore(req.Opcode) &&
+				binary.CheckHeaderShape(buf) == nil && c.refuseAtHeader(buf) {
+				continue // a well-formed value over the frame cap is a value too large, as memcached has it
+			}
 			return c.protocolError(&req, len(buf), err)
 		}
 		if n == 0 {
@@ -378,9 +383,8 @@ func (c *conn) refuseAtHeader(hdr []byte) bool {
 			return true
 		}
 	}
-	switch op := req.Opcode.NonQuiet(); {
-	case tooBig && (op == binary.OpSet || op == binary.OpAdd || op == binary.OpReplace ||
-		op == binary.OpAppend || op == binary.OpPrepend):
+	switch {
+	case tooBig && isStore(req.Opcode):
 		c.replyError(&req, binary.StatusTooBig, "value too large")
 	case !c.srv.flow.Admit(frame, budget):
 		c.replyError(&req, binary.StatusOutOfMemory, "no room for a frame of "+strconv.Itoa(frame)+
@@ -392,6 +396,16 @@ func (c *conn) refuseAtHeader(hdr []byte) bool {
 	c.swallow = frame
 	c.swallowBody()
 	return true
+}
+
+// isStore reports whether op stores a value: SET, ADD, REPLACE, APPEND,
+// PREPEND and their quiet forms.
+func isStore(op binary.Opcode) bool {
+	switch op.NonQuiet() {
+	case binary.OpSet, binary.OpAdd, binary.OpReplace, binary.OpAppend, binary.OpPrepend:
+		return true
+	}
+	return false
 }
 
 // swallowBody discards what is left of a refused frame; it reports whether

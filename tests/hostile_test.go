@@ -106,8 +106,8 @@ var hostileCases = []hostileCase{
 		wantClose(t, c, 5*time.Second)
 	}},
 	{"body over the frame cap, body never sent", func(t *testing.T, k *kvd, c *rawConn) {
-		c.write(append(rawHeader(mc.MagicRequest, mc.OpSet, 3, 8, defaultFrameCap+1, 0xabcdef), "ext"...))
-		wantErrorThenClose(t, c, mc.OpSet, 0xabcdef, mc.StatusInvalidArguments)
+		c.write(append(rawHeader(mc.MagicRequest, mc.OpIncrement, 3, 20, defaultFrameCap+1, 0xabcdef), "ext"...))
+		wantErrorThenClose(t, c, mc.OpIncrement, 0xabcdef, mc.StatusInvalidArguments)
 	}},
 	{"key length over body length", func(t *testing.T, k *kvd, c *rawConn) {
 		c.write(append(rawHeader(mc.MagicRequest, mc.OpGet, 10, 0, 5, 11), "abcde"...))
@@ -487,6 +487,21 @@ func TestHostileFrameAtCap(t *testing.T) {
 	c.expectStatus("SET with a 20 MiB body", reqWith(mc.OpSet, 67, mc.AppendSetExtras(nil, 0, 0), key, value), mc.StatusTooBig)
 	wantUsable(t, c)
 	c.expectStatus("GET at-cap", reqWith(mc.OpGet, 68, nil, key, ""), mc.StatusKeyNotFound)
+}
+
+// TestValueOverTheFrameCap: a SET whose value is over the frame cap is a
+// value too large, as in memcached: 0x03 at its header, its body discarded as
+// it comes, the connection usable after it. (Another command's body over the
+// cap is a protocol error: 0x04 and the close, hostileCases.)
+func TestValueOverTheFrameCap(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, testConfig)
+	c := dialRaw(t, k.Addr)
+	key := "over-cap"
+	value := strings.Repeat("c", defaultFrameCap+1<<20)
+	c.expectStatus("SET with a 21 MiB value", reqWith(mc.OpSet, 67, mc.AppendSetExtras(nil, 0, 0), key, value), mc.StatusTooBig)
+	wantUsable(t, c)
+	c.expectStatus("GET over-cap", reqWith(mc.OpGet, 68, nil, key, ""), mc.StatusKeyNotFound)
 }
 
 // TestValueOnAValuelessCommandRefusedAtHeader: a GET (or DELETE, NOOP…)
