@@ -147,11 +147,20 @@ func UnitsOf(size, unit int) int64 {
 // PendingUnits are the units a command is checked with before it runs: the
 // write's size for SET-like commands, 1 otherwise (SPEC section 5).
 func PendingUnits(req *binary.Request, writeUnit int) int64 {
-	switch req.Opcode.NonQuiet() {
-	case binary.OpSet, binary.OpAdd, binary.OpReplace, binary.OpAppend, binary.OpPrepend:
+	if IsStore(req.Opcode) {
 		return UnitsOf(len(req.Key)+len(req.Value), writeUnit)
 	}
 	return 1
+}
+
+// IsStore reports whether op stores a value it carries: SET, ADD, REPLACE,
+// APPEND, PREPEND and their quiet forms.
+func IsStore(op binary.Opcode) bool {
+	switch op.NonQuiet() {
+	case binary.OpSet, binary.OpAdd, binary.OpReplace, binary.OpAppend, binary.OpPrepend:
+		return true
+	}
+	return false
 }
 
 // IsData reports whether op is a data command: one that reads or writes

@@ -222,7 +222,7 @@ func (c *conn) serve() gnet.Action {
 			if c.collect != nil {
 				return gnet.None // answer what came before first
 			}
-			if errors.Is(err, binary.ErrFrameTooLarge) && isStore(req.Opcode) &&
+			if errors.Is(err, binary.ErrFrameTooLarge) && command.IsStore(req.Opcode) &&
 				binary.CheckHeaderShape(buf) == nil && c.refuseAtHeader(buf) {
 				continue // a well-formed value over the frame cap is a value too large, as memcached has it
 			}
@@ -295,15 +295,11 @@ func (c *conn) mayDecode() bool {
 const outFlush = 256 << 10
 
 // flushOut hands the replies collected so far to gnet, which keeps what
-// the socket does not take, and drops a buffer grown past 1 MiB.
+// the socket does not take. (giveBack decides whether the buffer stays.)
 func (c *conn) flushOut() {
 	_, _ = c.gc.Write(c.out)
 	c.mem.Wrote()
-	if cap(c.out) > keepScratch {
-		c.out = nil
-	} else {
-		c.out = c.out[:0]
-	}
+	c.out = c.out[:0]
 }
 
 // outputFull reports whether decoding stops for the replies of this pass
@@ -374,17 +370,14 @@ func (c *conn) refuseAtHeader(hdr []byte) bool {
 	req, valueLen := binary.PeekRequest(hdr)
 	frame, budget := binary.FrameLen(hdr), c.srv.limits().MaxBufferBytes
 	tooBig := valueLen > c.srv.opts.MaxItemSize
+	var invalid error
 	if tooBig || valueLen > 0 && binary.ValueForbidden(req.Opcode) {
-		// Invalid arguments first, as memcached checks them before the size.
-		if err := binary.CheckHeaderShape(hdr); err != nil {
-			c.replyError(&req, binary.StatusInvalidArguments, err.Error())
-			c.swallow = frame
-			c.swallowBody()
-			return true
-		}
+		invalid = binary.CheckHeaderShape(hdr) // before the size, as memcached checks them
 	}
 	switch {
-	case tooBig && isStore(req.Opcode):
+	case invalid != nil:
+		c.replyError(&req, binary.StatusInvalidArguments, invalid.Error())
+	case tooBig && command.IsStore(req.Opcode):
 		c.replyError(&req, binary.StatusTooBig, "value too large")
 	case !c.srv.flow.Admit(frame, budget):
 		c.replyError(&req, binary.StatusOutOfMemory, "no room for a frame of "+strconv.Itoa(frame)+
@@ -396,16 +389,6 @@ func (c *conn) refuseAtHeader(hdr []byte) bool {
 	c.swallow = frame
 	c.swallowBody()
 	return true
-}
-
-// isStore reports whether op stores a value: SET, ADD, REPLACE, APPEND,
-// PREPEND and their quiet forms.
-func isStore(op binary.Opcode) bool {
-	switch op.NonQuiet() {
-	case binary.OpSet, binary.OpAdd, binary.OpReplace, binary.OpAppend, binary.OpPrepend:
-		return true
-	}
-	return false
 }
 
 // swallowBody discards what is left of a refused frame; it reports whether

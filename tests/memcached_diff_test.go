@@ -39,10 +39,16 @@ func (p *diffPair) both(r *mc.Request) (m, k *mc.Response) {
 func (p *diffPair) same(what string, r *mc.Request) *mc.Response {
 	p.t.Helper()
 	m, k := p.both(r)
+	p.agree(what, m, k)
+	return m
+}
+
+// agree fails unless memcached's reply m and kvd's k agree, as same says.
+func (p *diffPair) agree(what string, m, k *mc.Response) {
+	p.t.Helper()
 	if d := replyDiff(m, k); d != "" {
 		p.t.Errorf("%s: %s\n memcached: %s\n kvd:       %s", what, d, showReply(m), showReply(k))
 	}
-	return m
 }
 
 func replyDiff(m, k *mc.Response) string {
@@ -158,15 +164,9 @@ func TestMemcachedDiffAddWithCAS(t *testing.T) {
 		r.CAS = cas
 		return r
 	}
-	check := func(what string, m, k *mc.Response) {
-		t.Helper()
-		if d := replyDiff(m, k); d != "" {
-			t.Errorf("%s: %s\n memcached: %s\n kvd:       %s", what, d, showReply(m), showReply(k))
-		}
-	}
 	m, k := p.both(setReq("a", "1"))
-	check("ADD with the CAS of the SET", p.mcd.call(add(mc.OpAdd, "a", m.CAS)), p.kvd.call(add(mc.OpAdd, "a", k.CAS)))
-	check("ADD with the same CAS again (stale)", p.mcd.call(add(mc.OpAdd, "a", m.CAS)), p.kvd.call(add(mc.OpAdd, "a", k.CAS)))
+	p.agree("ADD with the CAS of the SET", p.mcd.call(add(mc.OpAdd, "a", m.CAS)), p.kvd.call(add(mc.OpAdd, "a", k.CAS)))
+	p.agree("ADD with the same CAS again (stale)", p.mcd.call(add(mc.OpAdd, "a", m.CAS)), p.kvd.call(add(mc.OpAdd, "a", k.CAS)))
 	p.same("GET a after the ADDs", get("a"))
 	p.same("ADD without a CAS on a present key", add(mc.OpAdd, "a", 0))
 	p.same("ADD with a CAS on a missing key", add(mc.OpAdd, "missing", 12345))
