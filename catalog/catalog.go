@@ -460,11 +460,22 @@ func (c *Catalog) applyNode(n tenant.NodeSettings) {
 	c.throttle.SetCapacity(n.Capacity)
 }
 
-// loadNode applies node settings persisted by an earlier SetNode; they win
-// over the options' values.
+// loadNode applies node settings persisted by an earlier SetNode, or else
+// those the config file gave when last applied; either wins over the
+// options' values.
 func (c *Catalog) loadNode() error {
 	raw, err := c.db.Meta(nodeMetaKey)
 	if errors.Is(err, engine.ErrNotFound) {
+		// Never set at run time: in force is what the config file said
+		// when it was last applied. The options may carry a newer edit of
+		// the file, which is ApplyFile's to judge (and may refuse).
+		prev, havePrev, err := c.loadApplied()
+		if err != nil {
+			return fmt.Errorf("catalog: %s: %w", appliedMetaKey, err)
+		}
+		if havePrev {
+			c.applyNode(prev.Node)
+		}
 		return nil
 	}
 	if err != nil {

@@ -188,6 +188,84 @@ func TestApplyFileNewerWins(t *testing.T) {
 	_ = f.db.Close()
 }
 
+// TestApplyFileAllOrNothing: an edit that conflicts with run-time settings
+// applies nothing — neither the node's changes nor other buckets' before
+// it in the file — and stays an edit (the record of what was last applied
+// is not advanced), so that once the conflict is gone the same file
+// applies. A bucket the file listed and that was deleted at run time stays
+// deleted until its entry in the file changes.
+func TestApplyFileAllOrNothing(t *testing.T) {
+	f := open(t, t.TempDir(), defaults)
+	file := File{Node: tenant.NodeSettings{Capacity: 25000, DefaultReserved: 1666, DefaultHardLimit: -1},
+		Buckets: []Spec{{"a", defaults}, {"b", defaults}, {"c", defaults}}}
+	if err := f.cat.ApplyFile(file, "config"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := f.cat.Get("b")
+	if err := f.cat.SetBucketSettings(b, tenant.Settings{Reserved: 100, HardLimit: 1000}, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	file.Node.Capacity = 12345
+	file.Buckets[0].Settings.Reserved = 42   // a: fine
+	file.Buckets[1].Settings.Reserved = 5000 // b: above its run-time hard limit
+	file.Buckets = append(file.Buckets, Spec{"d", defaults})
+	err := f.cat.ApplyFile(file, "config")
+	if !errors.Is(err, ErrFileConflict) {
+		t.Fatalf("conflicting edit: %v, want ErrFileConflict", err)
+	}
+	a, _ := f.cat.Get("a")
+	_, dOK := f.cat.Get("d")
+	if f.cat.Node().Capacity != 25000 || a.Settings().Reserved != 1666 || b.Settings().Reserved != 100 || dOK {
+		t.Fatalf("a refused edit applied part of the file: capacity %d, a %+v, b %+v, d created %v",
+			f.cat.Node().Capacity, a.Settings(), b.Settings(), dOK)
+	}
+	// Across a restart the file is still refused, still whole.
+	f = f.reopen(t, defaults)
+	if err := f.cat.ApplyFile(file, "config"); !errors.Is(err, ErrFileConflict) || f.cat.Node().Capacity != 25000 {
+		t.Fatalf("after reopen: %v, capacity %d", err, f.cat.Node().Capacity)
+	}
+	// The conflict goes (a run-time hard limit that allows it): the same
+	// file, unchanged, now applies as the edit it is.
+	b, _ = f.cat.Get("b")
+	if err := f.cat.SetBucketSettings(b, tenant.Settings{Reserved: 100, HardLimit: tenant.Unlimited}, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.cat.ApplyFile(file, "config"); err != nil {
+		t.Fatal(err)
+	}
+	a, _ = f.cat.Get("a")
+	_, dOK = f.cat.Get("d")
+	if f.cat.Node().Capacity != 12345 || a.Settings().Reserved != 42 || b.Settings().Reserved != 5000 || !dOK {
+		t.Fatalf("the edit after the conflict went: capacity %d, a %+v, b %+v, d created %v",
+			f.cat.Node().Capacity, a.Settings(), b.Settings(), dOK)
+	}
+	// A file-listed bucket deleted at run time stays deleted, across a
+	// restart and other edits.
+	if err := f.cat.Delete("c", "admin"); err != nil {
+		t.Fatal(err)
+	}
+	file.Node.Capacity = 20000
+	if err := f.cat.ApplyFile(file, "config"); err != nil {
+		t.Fatal(err)
+	}
+	f = f.reopen(t, defaults)
+	if err := f.cat.ApplyFile(file, "config"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.cat.Get("c"); ok || f.cat.Node().Capacity != 20000 {
+		t.Fatalf("deleted bucket c came back (%v) or the edit beside it was lost (capacity %d)", ok, f.cat.Node().Capacity)
+	}
+	// An edit of its entry brings it back, with the file's settings.
+	file.Buckets[2].Settings = tenant.Settings{Reserved: 7, HardLimit: 70}
+	if err := f.cat.ApplyFile(file, "config"); err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := f.cat.Get("c"); !ok || c.Settings() != file.Buckets[2].Settings {
+		t.Fatalf("edited entry of a deleted bucket: exists %v", ok)
+	}
+	_ = f.db.Close()
+}
+
 type waker struct{ n int }
 
 func (w *waker) Wake() { w.n++ }

@@ -29,7 +29,11 @@
 //     under "config_applied", or in etcd under "file" in a cluster), so an
 //     edit made while kvd was stopped wins over an older run-time change,
 //     and a run-time change wins over a file value that did not change
-//     since.
+//     since (a deletion too: a bucket the file lists that was deleted stays
+//     deleted while its entry is unchanged).
+//   - ApplyFile checks the whole file against the run-time settings before
+//     it writes any of it: an edit they make invalid (ErrFileConflict)
+//     changes nothing and leaves "config_applied" as it was.
 //
 // # Cluster mode
 //

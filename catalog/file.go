@@ -58,13 +58,28 @@ func appliedOf(f *File) (applied, error) {
 	return a, nil
 }
 
+// ErrFileConflict is returned by ApplyFile when the file's edits, merged
+// with the settings changed at run time, would give invalid settings (a
+// file reserved above a hard limit set with 0x2a). Nothing of the file was
+// applied; the catalog keeps the settings it had.
+var ErrFileConflict = errors.New("the file's changes conflict with the settings changed at run time")
+
 // ApplyFile makes the catalog follow the config file where the file changed
 // since it was last applied (or everywhere, the first time): node throttle,
 // bucket settings, new buckets, field by field. Values the file did not
 // change keep their run-time settings; buckets missing from the file keep
-// their data. who names the change in the log. On error nothing after the
-// failing step is applied. In a cluster the file meets etcd instead (see the package
-// comment), and ApplyFile returns once this node has applied the result.
+// their data; a bucket the file listed when last applied and that was
+// deleted at run time stays deleted unless the file's entry for it
+// changed since (as in a cluster: the newer change wins). who names the
+// change in the log.
+//
+// The whole file is checked before anything is written: an edit that is
+// invalid with the run-time settings (ErrFileConflict) applies nothing, and
+// the record of what was last applied stays, so that the edit is still an
+// edit when the file is next read. Only an engine write failing part of the
+// way leaves part applied. In a cluster the file meets etcd instead (see the
+// package comment), and ApplyFile returns once this node has applied the
+// result.
 func (c *Catalog) ApplyFile(f File, who string) error {
 	if cl := c.cl.Load(); cl != nil {
 		return c.applyFileToCluster(cl, f)
@@ -79,27 +94,26 @@ func (c *Catalog) ApplyFile(f File, who string) error {
 	if err != nil {
 		return err
 	}
-	node := want.Node
-	if havePrev {
-		node = fileEdits(c.Node(), prev.Node, want.Node)
+	p, err := c.planFileLocked(f, prev, havePrev, want)
+	if err != nil {
+		return err
 	}
-	if node != c.Node() {
-		if err := c.setNodeLocked(node, who); err != nil {
+	if p.node != c.Node() {
+		if err := c.setNodeLocked(p.node, who); err != nil {
 			return err
 		}
 	}
-	var fresh []Spec
-	for _, spec := range f.Buckets {
-		if _, ok := c.Get(spec.Name); !ok {
-			fresh = append(fresh, spec)
-			continue
-		}
-		if err := c.applySpecLocked(spec, prev.Buckets[spec.Name], who); err != nil {
-			return fmt.Errorf("bucket %q: %w", spec.Name, err)
+	for _, ch := range p.changed {
+		if err := c.setBucketLocked(ch.b, ch.set, who); err != nil {
+			return fmt.Errorf("bucket %q: %w", ch.b.name, err)
 		}
 	}
-	if err := c.createManyLocked(fresh, who); err != nil {
+	if err := c.createManyLocked(p.fresh, who); err != nil {
 		return err
+	}
+	if len(p.deleted) > 0 {
+		c.log.Info("buckets deleted at run time stay deleted", "by", who, "buckets", len(p.deleted),
+			"first", p.deleted[0], "hint", "CREATE_BUCKET, or an edit of their entries in the file, brings them back")
 	}
 	raw, err := json.Marshal(want)
 	if err != nil {
@@ -108,20 +122,64 @@ func (c *Catalog) ApplyFile(f File, who string) error {
 	return c.db.PutMeta(appliedMetaKey, raw)
 }
 
-// applySpecLocked makes bucket spec.Name follow the fields of its settings
-// that changed in the file since prev (the file's settings when last
-// applied; nil: never, and the file's settings apply whole).
-func (c *Catalog) applySpecLocked(spec Spec, prev json.RawMessage, who string) error {
-	b, ok := c.Get(spec.Name)
-	if !ok {
-		_, err := c.createLocked(spec.Name, spec.Settings, who)
-		return err
+// filePlan is what ApplyFile writes, decided before any of it is.
+type filePlan struct {
+	node    tenant.NodeSettings // the node settings that follow
+	changed []bucketChange      // existing buckets whose settings change
+	fresh   []Spec              // buckets to create
+	deleted []string            // buckets the file lists that were deleted at run time and stay so
+}
+
+type bucketChange struct {
+	b   *Bucket
+	set tenant.Settings
+}
+
+// planFileLocked decides what applying f writes, given what the file said
+// when last applied (prev, if havePrev), and checks all of it.
+func (c *Catalog) planFileLocked(f File, prev applied, havePrev bool, want applied) (filePlan, error) {
+	p := filePlan{node: want.Node}
+	if havePrev {
+		p.node = fileEdits(c.Node(), prev.Node, want.Node)
+		if err := validNode(p.node); err != nil {
+			return p, fmt.Errorf("node settings: %w: %w", ErrFileConflict, err)
+		}
 	}
-	set, err := mergeFileSettings(b.Settings(), prev, spec.Settings)
-	if err != nil || set == b.Settings() {
-		return err
+	for _, spec := range f.Buckets {
+		last, listed := prev.Buckets[spec.Name]
+		b, ok := c.Get(spec.Name)
+		switch {
+		case ok:
+			set, err := mergeFileSettings(b.Settings(), last, spec.Settings)
+			if err != nil {
+				return p, fmt.Errorf("bucket %q: %w", spec.Name, err)
+			}
+			if set != b.Settings() {
+				p.changed = append(p.changed, bucketChange{b, set})
+			}
+		case listed && string(last) == string(want.Buckets[spec.Name]):
+			p.deleted = append(p.deleted, spec.Name)
+		default:
+			if err := validNew(spec.Name, spec.Settings); err != nil {
+				return p, fmt.Errorf("bucket %q: %w", spec.Name, err)
+			}
+			p.fresh = append(p.fresh, spec)
+		}
 	}
-	return c.setBucketLocked(b, set, who)
+	return p, nil
+}
+
+// validNode checks node settings merged from the file and run-time changes
+// as SetNodeThrottleProperties checks its own.
+func validNode(n tenant.NodeSettings) error {
+	if n.Capacity <= 0 {
+		return fmt.Errorf("capacity %d is not positive", n.Capacity)
+	}
+	if r, h := n.DefaultReserved, n.DefaultHardLimit; h >= 0 && (r < 0 || r > h) {
+		return fmt.Errorf("default_throttle_reserved_units %s exceeds default_throttle_hard_limit %s",
+			tenant.FormatLimit(r), tenant.FormatLimit(h))
+	}
+	return nil
 }
 
 // mergeFileSettings returns cur with the fields the file changed since
@@ -137,7 +195,7 @@ func mergeFileSettings(cur tenant.Settings, prev json.RawMessage, want tenant.Se
 	}
 	set := fileEdits(cur, old, want)
 	if err := set.Validate(); err != nil {
-		return cur, fmt.Errorf("the file's changes with the settings changed at run time: %w", err)
+		return cur, fmt.Errorf("%w: %w", ErrFileConflict, err)
 	}
 	return set, nil
 }

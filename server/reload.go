@@ -23,7 +23,8 @@ func catalogFile(o *Options) catalog.File {
 // users, limits and ingress settings. Settings that need a restart (listen
 // address, data directory, wal_sync, frame and item size, probe bounds) are
 // reported in the returned list and left as they are. On error nothing
-// after the failing step is applied.
+// after the failing step is applied (and the catalog's step applies whole
+// or not at all, unless its engine writes fail part of the way).
 func (s *Server) Reconfigure(next Options) (needRestart []string, err error) {
 	next.EnsureDefaults()
 	if err := next.Validate(); err != nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -125,8 +126,14 @@ func (s *Server) open() (err error) {
 		return err
 	}
 	if err := s.cat.ApplyFile(catalogFile(&s.opts), "config"); err != nil {
-		_ = s.cat.Close()
-		return err
+		if !errors.Is(err, catalog.ErrFileConflict) {
+			_ = s.cat.Close()
+			return err
+		}
+		// As at a reload: the edit is refused and the settings in force (here,
+		// those stored in the data directory) stay. A file that is invalid on
+		// its own never gets here (Options.Validate).
+		s.log.Error("config edit rejected, stored settings kept", "err", err)
 	}
 	return nil
 }

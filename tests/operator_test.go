@@ -168,6 +168,44 @@ func TestConfigReload(t *testing.T) {
 	})
 }
 
+// TestConfigEditConflictingWithRunTime: an edit of the file that is
+// invalid only with a setting changed at run time (a bucket's reserved
+// above the hard limit 0x2a gave it) is refused whole: the node capacity
+// edited beside it does not change, in the running node or after a
+// restart. And the node restarts with that file in place, keeping the
+// settings stored in its data directory, instead of refusing to start.
+func TestConfigEditConflictingWithRunTime(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, reloadConfig("25000", ""))
+	c := dialRaw(t, k.Addr)
+	c.auth("admin", "admin-pw")
+	c.expectStatus("0x2a app", reqWith(mc.OpSetBucketThrottle, 1, nil, "app", `{"reserved":100,"hard_limit":1000}`), mc.StatusOK)
+	edited := strings.Replace(reloadConfig("12345", ""), `{"name": "app"}`, `{"name": "app", "reserved": 5000}`, 1)
+	if err := os.WriteFile(k.Config, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a log line rejecting the edit", func() bool {
+		return strings.Contains(k.Log(), "config edit rejected")
+	})
+	check := func(when string, c *rawConn) {
+		t.Helper()
+		if got := statOf(c, "throttle", "capacity"); got != "25000" {
+			t.Errorf("%s: capacity %s, want 25000 (the refused edit applied in part)", when, got)
+		}
+		if r, h := c.bucketStat("app").limits(); r != "100" || h != "1000" {
+			t.Errorf("%s: app reserved %s hard_limit %s, want 100 and 1000", when, r, h)
+		}
+	}
+	check("after the refused edit", c)
+	k.Restart(false)
+	c = dialRaw(t, k.Addr)
+	c.auth("admin", "admin-pw")
+	check("after a restart with the file in place", c)
+	if !strings.Contains(k.Log(), "stored settings kept") {
+		t.Errorf("the start did not log the refused edit:\n%s", k.tail())
+	}
+}
+
 // TestMetricsAgreeWithStats checks the per-bucket Prometheus counters
 // against STAT bucket_details: during load the scrape taken first never
 // exceeds the STAT read after it, and once the load stops they are equal.
