@@ -33,6 +33,9 @@ func (c *Catalog) Prepare(cmd Admin, name string, body []byte) (apply func(who s
 		if err := tenant.ValidBucketName(name); err != nil {
 			return nil, err
 		}
+		if err := tenant.CheckDocLen(body); err != nil {
+			return nil, err
+		}
 		set, err := tenant.ParseSettings(body, c.Defaults())
 		if err != nil {
 			return nil, err

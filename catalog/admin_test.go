@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"kvd/engine"
@@ -19,7 +20,8 @@ func TestPrepare(t *testing.T) {
 	}{
 		{AdminCreate, "bad name!", "", tenant.ErrInvalidBucketName},
 		{AdminCreate, "app", `{"reserved":"lots"}`, tenant.ErrInvalidSettings},
-		{AdminSetBucket, "nope", `{"reserved":"lots"}`, tenant.ErrInvalidSettings}, // the body first
+		{AdminCreate, "app", `{"reserved":1` + strings.Repeat(" ", tenant.MaxThrottleDocLen) + `}`, tenant.ErrInvalidSettings}, // as 0x2a
+		{AdminSetBucket, "nope", `{"reserved":"lots"}`, tenant.ErrInvalidSettings},                                             // the body first
 		{AdminSetBucket, "nope", `{"reserved":5}`, engine.ErrBucketNotFound},
 		{AdminSetNode, "", `{"capacity":-1}`, tenant.ErrInvalidSettings},
 	} {

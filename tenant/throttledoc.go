@@ -12,8 +12,17 @@ import (
 )
 
 // MaxThrottleDocLen bounds the JSON value of SetBucketThrottleProperties
-// (0x2a) and SetNodeThrottleProperties (0x2c).
+// (0x2a), SetNodeThrottleProperties (0x2c) and CREATE_BUCKET.
 const MaxThrottleDocLen = 1024
+
+// CheckDocLen refuses a settings value over MaxThrottleDocLen, as 0x2a and
+// 0x2c do (an error matching ErrInvalidSettings whose text is the reason).
+func CheckDocLen(value []byte) error {
+	if len(value) > MaxThrottleDocLen {
+		return docErrorf("value is %d bytes, over the %d byte limit", len(value), MaxThrottleDocLen)
+	}
+	return nil
+}
 
 // Field names of the throttle documents.
 const (
@@ -203,8 +212,8 @@ func ParseNodeThrottle(value []byte, cur NodeSettings) (NodeSettings, error) {
 // throttleDoc checks a throttle command's value: at most MaxThrottleDocLen
 // bytes of a JSON object whose keys are among allowed. Empty means {}.
 func throttleDoc(value []byte, allowed ...string) (gjson.Result, error) {
-	if len(value) > MaxThrottleDocLen {
-		return gjson.Result{}, docErrorf("value is %d bytes, over the %d byte limit", len(value), MaxThrottleDocLen)
+	if err := CheckDocLen(value); err != nil {
+		return gjson.Result{}, err
 	}
 	if len(value) == 0 {
 		value = []byte("{}")
