@@ -75,6 +75,19 @@ func (tc *testCluster) testCatalog(t *testing.T) {
 		})
 		t.Logf("0x2a made on n2 in force on %s after %v", tc.nodes[i].name, d)
 	}
+	// kvctl with a queue flag only sends the bucket's limits back as they
+	// are: the cluster's totals, not the node's share that bucket_details
+	// shows (which would halve them with every call).
+	if out, errs, code := kvctl(t, "--addr", tc.nodes[0].Addr, "--user", "admin", "--password", "admin-pw",
+		"bucket-throttle", "made", "--max-concurrent", "5"); code != 0 {
+		t.Fatalf("kvctl bucket-throttle made --max-concurrent 5: exit %d, %s%s", code, out, errs)
+	}
+	time.Sleep(500 * time.Millisecond) // the watch brings it back to each node
+	for i, c := range []*rawConn{n1, n2, n3} {
+		if _, _, tr, th := c.clusterStat().share("made"); tr != "30" || th != "900" {
+			t.Errorf("after kvctl --max-concurrent, %s has totals %s/%s, want 30/900", tc.nodes[i].name, tr, th)
+		}
+	}
 	n3.expectStatus("DELETE_BUCKET made", reqWith(mc.OpDeleteBucket, 4, nil, "made", ""), mc.StatusOK)
 	n1.expectStatus("DELETE_BUCKET made again", reqWith(mc.OpDeleteBucket, 5, nil, "made", ""), mc.StatusKeyNotFound)
 	within(t, 2*time.Second, "made gone everywhere", func() (bool, string) {

@@ -59,8 +59,9 @@ func bindBucketThrottle(fs *flag.FlagSet) runFunc {
 // bucket-throttle request, and the limits the bucket has after it. 0x2a
 // reads a missing limit as unlimited, so with either flag only the given
 // ones are sent and the other becomes unlimited; with neither (queue flags
-// only) the bucket's current limits are read with STAT bucket_details NAME
-// and sent back unchanged.
+// only) the bucket's current limits are read and sent back unchanged: in a
+// cluster the totals from STAT cluster, on a single node STAT
+// bucket_details NAME.
 func bucketLimits(s *session, bucket string, reserved, hard *limit) (send, now object, err error) {
 	if reserved.given || hard.given {
 		if reserved.given {
@@ -74,6 +75,27 @@ func bucketLimits(s *session, bucket string, reserved, hard *limit) (send, now o
 	c, err := s.conn()
 	if err != nil {
 		return nil, nil, err
+	}
+	// In a cluster bucket_details shows this node's share of the limits;
+	// sent back, it would become the cluster's total. STAT cluster has the
+	// totals (a node not in a cluster refuses it).
+	if stats, err := c.Stats("cluster"); err == nil {
+		var doc struct {
+			Shares []struct {
+				Bucket    string       `json:"bucket"`
+				Reserved  tenant.Limit `json:"total_reserved"`
+				HardLimit tenant.Limit `json:"total_hard_limit"`
+			} `json:"shares"`
+		}
+		if len(stats) == 1 && json.Unmarshal([]byte(stats[0].Value), &doc) == nil {
+			for _, sh := range doc.Shares {
+				if sh.Bucket == bucket {
+					send = object{{"reserved", &limit{given: true, v: sh.Reserved}}, {"hard_limit", &limit{given: true, v: sh.HardLimit}}}
+					return send, send, nil
+				}
+			}
+		}
+		return nil, nil, fmt.Errorf("STAT cluster did not give bucket %s's cluster-wide limits (give --reserved and --hard-limit)", bucket)
 	}
 	stats, err := c.Stats("bucket_details " + bucket)
 	if err != nil {
