@@ -98,7 +98,7 @@ func (s *Server) checkThrottle(c *conn, req *mc.Request, now time.Time) verdict 
 		if !c.parkedSince.IsZero() {
 			c.throttledFor = now.Sub(c.parkedSince)
 			b.Throttle().AddWait(c.throttledFor)
-			c.parkedSince = time.Time{}
+			c.leavePark()
 		}
 		return admitRun
 	}
@@ -155,11 +155,12 @@ func (s *Server) throttled(c *conn, req *mc.Request, now time.Time) verdict {
 			return admitAnswered
 		}
 		c.parkedSince = now
+		c.wakeAfter(s.limits().MaxThrottleWait)
 	} else if waited := now.Sub(c.parkedSince); waited > s.limits().MaxThrottleWait {
 		b.Throttle().AddWait(waited)
 		b.Throttle().CountRejected()
 		c.lat.Add(stateOf(b).latency(), command.ClassOf(req.Opcode), c.parkedSince, waited, 0)
-		c.parkedSince = time.Time{}
+		c.leavePark()
 		c.replyError(req, mc.StatusTemporaryFailure, "throttled for "+strconv.FormatInt(waited.Milliseconds(), 10)+
 			" ms in bucket "+b.Name()+", longer than max_throttle_wait_ms="+
 			strconv.FormatInt(s.limits().MaxThrottleWait.Milliseconds(), 10))
@@ -177,8 +178,31 @@ func (c *conn) park() {
 	}
 }
 
+// wakeAfter makes sure a connection parked now is looked at again once its
+// command has waited d (max_throttle_wait_ms), which may come before the
+// throttle's next tick wakes it: it is answered 0x86 then, not up to a
+// second later. The timer is the connection's, made once.
+func (c *conn) wakeAfter(d time.Duration) {
+	d += time.Millisecond // past the limit, not at it
+	if c.parkWake == nil {
+		c.parkWake = time.AfterFunc(d, c.Wake)
+		return
+	}
+	c.parkWake.Reset(d)
+}
+
+// leavePark ends the head command's parking: it was admitted or answered,
+// or its connection left the bucket.
+func (c *conn) leavePark() {
+	c.parkedSince = time.Time{}
+	if c.parkWake != nil {
+		c.parkWake.Stop()
+	}
+}
+
 // Wake implements catalog.Waker: the bucket's tick (or its deletion) wakes
-// the parked connection, whose loop then asks admission again.
+// the parked connection, whose loop then asks admission again. The timer
+// of wakeAfter calls it too.
 func (c *conn) Wake() {
 	c.parked.Store(false)
 	_ = c.gc.Wake(nil)

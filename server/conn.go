@@ -58,9 +58,11 @@ type conn struct {
 	user        *tenant.User    // nil until SASL succeeds
 	unthrottled bool            // user has the Unthrottled privilege
 	bucket      *catalog.Bucket // selected bucket, nil for none
+	unselected  string          // the bucket autoSelect found full, while none is selected
 	enc         command.Encoder // replies in the connection's HELLO features
 
 	parkedSince   time.Time          // when the head command was first throttled; zero when not
+	parkWake      *time.Timer        // wakes the parked connection at max_throttle_wait_ms (wakeAfter)
 	throttledFor  time.Duration      // how long the next batched command was held
 	now, cmdStart time.Time          // the pass's clock (read once a pass); the admitted command's frame complete
 	in            ingress.InputClock // when the input's bytes arrived
@@ -247,7 +249,8 @@ func (c *conn) serve() gnet.Action {
 }
 
 // detect decides the connection's protocol from its first byte: 0x80 or
-// 0x08 binary, anything else text (unless DisableText).
+// 0x08 binary, anything else text (unless DisableText, which a reload may
+// change: a connection follows the setting in force at its first byte).
 func (c *conn) detect() bool {
 	if c.gc.InboundBuffered() == 0 {
 		return false
@@ -256,7 +259,7 @@ func (c *conn) detect() bool {
 	if len(b) == 0 {
 		return false
 	}
-	if b[0] == byte(binary.MagicRequest) || b[0] == byte(binary.MagicAltRequest) || c.srv.opts.DisableText {
+	if b[0] == byte(binary.MagicRequest) || b[0] == byte(binary.MagicAltRequest) || c.srv.limits().DisableText {
 		c.proto = protoBinary
 		return true
 	}
@@ -459,7 +462,7 @@ func (c *conn) precheck(req *binary.Request) (binary.Status, string) {
 		if c.user == nil && c.srv.limits().AnonymousBucket == "" {
 			return binary.StatusAccessDenied, "authenticate first: no anonymous access"
 		}
-		return binary.StatusNoBucket, "no bucket selected"
+		return binary.StatusNoBucket, c.noBucketReason()
 	}
 	if c.bucket.Deleted() {
 		c.deselect()
@@ -589,10 +592,11 @@ func (c *conn) selectBucket(b *catalog.Bucket) {
 }
 
 func (c *conn) deselect() {
+	c.unselected = ""
 	if c.bucket != nil {
 		c.bucket.Throttle().Detach()
 		c.bucket = nil
-		c.parkedSince = time.Time{}
+		c.leavePark()
 	}
 }
 
@@ -643,7 +647,7 @@ func (c *conn) cancelQueued() {
 // refuseInput answers every whole frame in the input with 0x86 "shutting
 // down", in order; it stops at a partial or undecodable frame.
 func (c *conn) refuseInput() {
-	c.parkedSince = time.Time{}
+	c.leavePark()
 	for {
 		buf := c.peekFrame()
 		var req binary.Request

@@ -123,7 +123,7 @@ func (c *conn) login(user *tenant.User, anyBucket bool) {
 		}
 	}
 	if ok && user.CanSelect(b.Name()) {
-		c.selectBucket(b)
+		c.autoSelect(b)
 	}
 }
 
@@ -134,8 +134,38 @@ func (c *conn) anonymous() {
 	c.user, c.unthrottled = nil, false
 	c.deselect()
 	if b, ok := c.srv.cat.Get(c.srv.limits().AnonymousBucket); ok {
-		c.selectBucket(b)
+		c.autoSelect(b)
 	}
+}
+
+// autoSelect selects b for a connection that did not ask for it (the
+// bucket a login lands on, the anonymous bucket) if b has room for it
+// (bucketFull). Otherwise the connection stays without a bucket, and its
+// data commands' 0x08 says why (noBucketReason).
+func (c *conn) autoSelect(b *catalog.Bucket) {
+	if c.bucketFull(b) {
+		c.unselected = b.Name()
+		return
+	}
+	c.selectBucket(b)
+}
+
+// bucketFull reports whether b has no room for c: it holds
+// max_connections_per_bucket connections besides c, and c's user is not
+// exempt (Unthrottled, BucketThrottleManagement).
+func (c *conn) bucketFull(b *catalog.Bucket) bool {
+	exempt := c.privileged(tenant.PrivUnthrottled) || c.privileged(tenant.PrivBucketThrottleManagement)
+	limit := int64(c.srv.limits().MaxConnectionsPerBucket)
+	return !exempt && c.bucket != b && b.Throttle().Clients() >= limit
+}
+
+// noBucketReason is why a data command of a connection without a bucket
+// gets 0x08.
+func (c *conn) noBucketReason() string {
+	if c.unselected != "" {
+		return "no bucket selected: bucket " + c.unselected + " has max_connections_per_bucket connections"
+	}
+	return "no bucket selected"
 }
 
 // canSelect reports whether the connection may select the bucket name.
@@ -166,8 +196,7 @@ func (c *conn) selectByName(req *mc.Request) {
 		c.replyError(req, mc.StatusKeyNotFound, "no such bucket: "+name)
 		return
 	}
-	exempt := c.privileged(tenant.PrivUnthrottled) || c.privileged(tenant.PrivBucketThrottleManagement)
-	if limit := int64(c.srv.limits().MaxConnectionsPerBucket); !exempt && c.bucket != b && b.Throttle().Clients() >= limit {
+	if c.bucketFull(b) {
 		c.replyError(req, mc.StatusBusy, "too many connections to bucket "+name)
 		return
 	}
@@ -207,7 +236,7 @@ func (c *conn) admin(req *mc.Request, cmd catalog.Admin, what string) {
 // served until then (see flushBucket for a time that has passed).
 func (c *conn) flush(req *mc.Request) {
 	if c.bucket == nil {
-		c.replyError(req, mc.StatusNoBucket, "no bucket selected")
+		c.replyError(req, mc.StatusNoBucket, c.noBucketReason())
 		return
 	}
 	quiet := req.Opcode.IsQuiet()
@@ -353,7 +382,7 @@ func (c *conn) textStats(args [][]byte) {
 // (flushBucket), the delay with memcached's meaning.
 func (c *conn) textFlush(delay uint32, noreply bool) {
 	if c.bucket == nil {
-		c.out = text.AppendServerError(c.out, "no bucket selected")
+		c.out = text.AppendServerError(c.out, c.noBucketReason())
 		return
 	}
 	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)

@@ -25,13 +25,14 @@ type Limits struct {
 	AnonymousBucket         string
 	MetricsBucketLimit      int
 	MaxBufferBytes          int64
+	DisableText             bool // for connections opened from now on
 }
 
 func limitsOf(o *Options) *Limits {
 	return &Limits{MaxConnections: o.MaxConnections, MaxConnectionsPerBucket: o.MaxConnectionsPerBucket,
 		IdleTimeout: o.IdleTimeout, ReadUnitSize: o.ReadUnitSize, WriteUnitSize: o.WriteUnitSize,
 		MaxThrottleWait: o.MaxThrottleWait, AnonymousBucket: o.AnonymousBucket,
-		MetricsBucketLimit: o.MetricsBucketLimit, MaxBufferBytes: o.MaxBufferBytes}
+		MetricsBucketLimit: o.MetricsBucketLimit, MaxBufferBytes: o.MaxBufferBytes, DisableText: o.DisableText}
 }
 
 func (s *Server) limits() *Limits { return s.lim.Load() }

@@ -68,7 +68,8 @@ func TestNetworkMemoryBudget(t *testing.T) {
 	const budget = 64 << 20
 	metrics := freeAddr(t)
 	k := startKVD(t, configWith(t, `{"anonymous_bucket": "default", "buckets": [{"name": "default"}]}`,
-		map[string]any{"max_buffer_bytes": budget, "idle_timeout_ms": 120000}), "--metrics-listen", metrics)
+		map[string]any{"max_buffer_bytes": budget, "idle_timeout_ms": 120000,
+			"max_connections_per_bucket": 20000}), "--metrics-listen", metrics) // thousands of anonymous connections
 	got := runMemLoad(t, k.Addr, k.cmd.Process.Pid, load, func() bool { return k.Alive() })
 	t.Logf("kvd (max_buffer_bytes %d MiB): %v", budget>>20, got)
 	memPauses, outPauses := generalStat(t, k.Addr, "conn_pauses_memory"), generalStat(t, k.Addr, "conn_pauses_output")

@@ -432,3 +432,46 @@ func TestTenantMaxConnectionsPerBucket(t *testing.T) {
 	}
 	third.expectStatus("SET once admitted", reqWith(mc.OpSet, 2, mc.AppendSetExtras(nil, 0, 0), "k", "v"), mc.StatusOK)
 }
+
+// TestMaxConnectionsPerBucketAutomaticSelection: the limit holds for the
+// buckets a connection lands on without SELECT_BUCKET too — the anonymous
+// bucket, and the bucket named after the user at login. A connection that
+// finds its bucket full stays without one, and its data commands' 0x08
+// says why; once a place frees, the next connection gets the bucket.
+func TestMaxConnectionsPerBucketAutomaticSelection(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, `{"anonymous_bucket": "default", "max_connections_per_bucket": 2,
+  "buckets": [{"name": "default"}, {"name": "carol"}],
+  "users": [{"name": "carol", "password": "carol-pw", "buckets": ["carol"]}]}`)
+	get := reqWith(mc.OpGet, 1, nil, "k", "")
+	landed := func(what string, c *rawConn) {
+		t.Helper()
+		c.expectStatus(what, get, mc.StatusKeyNotFound)
+	}
+	refused := func(what string, c *rawConn) {
+		t.Helper()
+		res := c.expectStatus(what, get, mc.StatusNoBucket)
+		if !strings.Contains(string(res.Value), "max_connections_per_bucket") {
+			t.Errorf("%s: 0x08 says %q, not why", what, res.Value)
+		}
+	}
+	anon1, anon2, anon3 := dialRaw(t, k.Addr), dialRaw(t, k.Addr), dialRaw(t, k.Addr)
+	landed("first anonymous connection", anon1)
+	landed("second anonymous connection", anon2)
+	refused("third anonymous connection", anon3)
+	carol := func() *rawConn {
+		c := dialRaw(t, k.Addr)
+		c.auth("carol", "carol-pw")
+		return c
+	}
+	c1, c2, c3 := carol(), carol(), carol()
+	landed("carol's first login", c1)
+	landed("carol's second login", c2)
+	refused("carol's third login", c3)
+	_ = anon1.nc.Close()
+	waitFor(t, 5*time.Second, "a new anonymous connection landing on default once one closed", func() bool {
+		c := dialRaw(t, k.Addr)
+		defer c.nc.Close()
+		return c.call(get).Status == mc.StatusKeyNotFound
+	})
+}

@@ -265,7 +265,19 @@ func TestTextProtocolOff(t *testing.T) {
 		t.Errorf("binary SET with text off: %v", res.Status)
 	}
 	on := startKVD(t, testConfig)
-	dialText(t, on.Addr).call("text on by default", "version\r\n", "VERSION 1.6.18 kvd-0.1.0")
+	before := dialText(t, on.Addr)
+	before.call("text on by default", "version\r\n", "VERSION 1.6.18 kvd-0.1.0")
+	// A reload turns it off for the connections that open afterwards; the
+	// text connection already open goes on.
+	if err := os.WriteFile(on.Config, []byte(configWith(t, testConfig, map[string]any{"text_protocol": false})), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a new text connection closed after text_protocol false is reloaded", func() bool {
+		c := dialText(t, on.Addr)
+		c.send("version\r\n")
+		return c.closedByPeer(time.Second)
+	})
+	before.call("the text connection open before the reload", "version\r\n", "VERSION 1.6.18 kvd-0.1.0")
 }
 
 // textClient is a raw text-protocol connection for black-box tests.
