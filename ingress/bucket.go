@@ -20,8 +20,12 @@ type Bucket struct {
 	deleted string // "bucket B was deleted"
 
 	// Guarded by c.mu.
-	limits      BucketLimits
-	full        string // "queue full, limit=L, queued=L in bucket B"
+	limits   BucketLimits
+	full     string // "queue full, limit=L, queued=L in bucket B"
+	nodeFull [numPools]struct {
+		limit int    // +1: 0 until built
+		text  string // nodeFullReason naming this bucket at that limit
+	}
 	expired     string // "timed out after N ms in bucket B", for expiredFor
 	expiredFor  time.Duration
 	removed     bool
@@ -48,6 +52,20 @@ func (b *Bucket) setLimitsLocked(l BucketLimits) {
 	b.limits = l
 	b.full = fullReason(l.MaxQueued, l.MaxQueued, b.name)
 	b.expiredFor = 0 // rebuilt on the next expiry
+}
+
+// nodeFullLocked is the refusal of the node's full queue of pool for a
+// command of b, built once per bucket, pool and limit (a flood of refusals
+// allocates nothing).
+func (b *Bucket) nodeFullLocked(pool Pool, limit, queued int) string {
+	if queued != limit {
+		return nodeFullReason(pool, limit, queued, b.name) // the limit was lowered below the queue: rare
+	}
+	nf := &b.nodeFull[pool]
+	if nf.limit != limit+1 {
+		nf.limit, nf.text = limit+1, nodeFullReason(pool, limit, limit, b.name)
+	}
+	return nf.text
 }
 
 // Name returns the name given to AddBucket.

@@ -155,7 +155,7 @@ func TestNodeDepthKeepsItsReason(t *testing.T) {
 	acq(t, c, Write, a, &recWaiter{name: "1", ev: ev}, 0, at(0), Queued)
 	acq(t, c, Write, b, &recWaiter{name: "2", ev: ev}, 0, at(0), Queued)
 	// The node's depth counts every bucket's waiters of the pool.
-	if _, d, reason := c.Acquire(Write, b, &recWaiter{}, 0, at(0)); d != Rejected || reason != "queue full, limit=2, queued=2" {
+	if _, d, reason := c.Acquire(Write, b, &recWaiter{}, 0, at(0)); d != Rejected || reason != "queue full, limit=2, queued=2 in the node's write queue, for bucket b" {
 		t.Fatalf("Acquire = %v %q", d, reason)
 	}
 	if s := b.Stats(); s.NumQueueFull != 1 {

@@ -61,18 +61,15 @@ type pool struct {
 
 // queueLimits are the node's queue settings and the reasons built from them once.
 type queueLimits struct {
-	maxDepth   int           // NoQueue or ≥ 0, per pool across buckets
-	timeout    time.Duration // > 0; a bucket may override it
-	fullReason string        // "queue full, limit=L, queued=L"
-	expired    [numPools]string
-	noTicket   [numPools]string // a nil Waiter found no ticket free
-	dupWaiter  [numPools]string // the Waiter is already queued
+	maxDepth  int           // NoQueue or ≥ 0, per pool across buckets
+	timeout   time.Duration // > 0; a bucket may override it
+	expired   [numPools]string
+	noTicket  [numPools]string // a nil Waiter found no ticket free
+	dupWaiter [numPools]string // the Waiter is already queued
 }
 
 func newQueueLimits(maxDepth int, timeout time.Duration) queueLimits {
 	l := queueLimits{maxDepth: maxDepth, timeout: timeout}
-	limit := max(maxDepth, 0)
-	l.fullReason = fullReason(limit, limit, "")
 	for p := range numPools {
 		l.expired[p] = fmt.Sprintf("timed out after %d ms in the %s queue", timeout.Milliseconds(), p)
 		l.noTicket[p] = fmt.Sprintf("no ticket free in the %s pool", p)
@@ -81,12 +78,25 @@ func newQueueLimits(maxDepth int, timeout time.Duration) queueLimits {
 	return l
 }
 
-// fullReason is the queue-full rejection; bucket is "" for the node's limit.
+// fullReason is the refusal of a bucket's full queue (BucketLimits.MaxQueued).
 func fullReason(limit, queued int, bucket string) string {
-	if bucket == "" {
-		return fmt.Sprintf("queue full, limit=%d, queued=%d", limit, queued)
-	}
 	return fmt.Sprintf("queue full, limit=%d, queued=%d in bucket %s", limit, queued, bucket)
+}
+
+// nodeFullReason is the refusal of the node's full queue of pool
+// (ingress.max_queue_depth, across buckets), for a command of bucket ("" for
+// work of no bucket).
+func nodeFullReason(pool Pool, limit, queued int, bucket string) string {
+	var s string
+	if limit == 0 {
+		s = fmt.Sprintf("no ticket free in the %s pool and no queue (max_queue_depth=0)", pool)
+	} else {
+		s = fmt.Sprintf("queue full, limit=%d, queued=%d in the node's %s queue", limit, queued, pool)
+	}
+	if bucket != "" {
+		s += ", for bucket " + bucket
+	}
+	return s
 }
 
 // New returns a Controller whose pools start at the prober's initial sizes. Zero fields
@@ -220,11 +230,7 @@ func (c *Controller) refusalLocked(pool Pool, b *Bucket, w Waiter, bytes int64) 
 		return TooLarge, fmt.Sprintf("value of %d bytes exceeds max_inflight_bytes=%d", bytes, c.mem.limit)
 	case c.limits.maxDepth == NoQueue || q >= c.limits.maxDepth:
 		b.st.NumQueueFull++
-		limit := max(c.limits.maxDepth, 0)
-		if q == limit {
-			return Rejected, c.limits.fullReason
-		}
-		return Rejected, fullReason(limit, q, "") // the limit was lowered below the queue: rare
+		return Rejected, b.nodeFullLocked(pool, max(c.limits.maxDepth, 0), q)
 	case b.limits.MaxQueued > 0 && b.queued >= b.limits.MaxQueued:
 		b.st.NumQueueFull++
 		if b.queued == b.limits.MaxQueued {

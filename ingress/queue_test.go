@@ -13,10 +13,10 @@ func TestQueueFull(t *testing.T) {
 		queued   int
 		reason   string
 	}{
-		{"depth 1", 1, 1, "queue full, limit=1, queued=1"},
-		{"depth 3", 3, 3, "queue full, limit=3, queued=3"},
-		{"no queue", NoQueue, 0, "queue full, limit=0, queued=0"},
-		{"default", 0, DefaultMaxQueueDepth, "queue full, limit=100000, queued=100000"},
+		{"depth 1", 1, 1, "queue full, limit=1, queued=1 in the node's write queue"},
+		{"depth 3", 3, 3, "queue full, limit=3, queued=3 in the node's write queue"},
+		{"no queue", NoQueue, 0, "no ticket free in the write pool and no queue (max_queue_depth=0)"},
+		{"default", 0, DefaultMaxQueueDepth, "queue full, limit=100000, queued=100000 in the node's write queue"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, ev := newTest(t, 1, 1, Options{MaxQueueDepth: tc.maxDepth})
@@ -64,7 +64,7 @@ func TestRejectReasons(t *testing.T) {
 	if err := c.SetQueueLimits(2, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, reason := c.Acquire(Read, nil, &recWaiter{}, 0, at(0)); reason != "queue full, limit=2, queued=4" {
+	if _, _, reason := c.Acquire(Read, nil, &recWaiter{}, 0, at(0)); reason != "queue full, limit=2, queued=4 in the node's read queue" {
 		t.Fatalf("reason %q", reason)
 	}
 	if err := c.SetQueueLimits(-5, time.Second); err == nil {

@@ -342,8 +342,8 @@ func TestIngressQueueFull(t *testing.T) {
 	})
 	reason := xerrorContext(t, res)
 	t.Logf("reason: %q", reason)
-	if !mentions(reason, "queue full") {
-		t.Errorf("0x85 reason %q does not mention \"queue full\"", reason)
+	if !mentions(reason, "queue full") || !mentions(reason, "bucket default") {
+		t.Errorf("0x85 reason %q does not say \"queue full\" and name the bucket", reason)
 	}
 	if took > 500*time.Millisecond {
 		t.Errorf("the 0x85 took %v: a full queue must refuse at once", took)
