@@ -35,7 +35,7 @@ type Bucket struct {
 	q           [numPools]queue   // FIFO per pool
 	active      [numPools]int     // index in the pool's active list, -1 while q is empty
 	used        [numPools]float64 // tickets taken from the pool recently, aged by Tick
-	readEst     int64             // bytes a read is charged up front
+	readEst     int64             // bytes a read is charged up front (learnReadLocked)
 	queuedRemNS int64             // sub-microsecond remainder of QueueWaitTimeUS
 	st          BucketStats
 }
@@ -52,6 +52,20 @@ func (b *Bucket) setLimitsLocked(l BucketLimits) {
 	b.limits = l
 	b.full = fullReason(l.MaxQueued, l.MaxQueued, b.name)
 	b.expiredFor = 0 // rebuilt on the next expiry
+}
+
+// learnReadLocked teaches b's read estimate the size of a value a read
+// turned out to have: a larger one at once, a smaller one 1/8 of the way.
+// Reads are admitted on the estimate, so the memory bound holds for them
+// only as far as it does not fall short: after a read of a large value the
+// next ones are charged that much up front, and only a burst admitted
+// before any of them settled can pass the bound.
+func (b *Bucket) learnReadLocked(n int64) {
+	if n > b.readEst {
+		b.readEst = n
+		return
+	}
+	b.readEst += (n - b.readEst) / 8
 }
 
 // nodeFullLocked is the refusal of the node's full queue of pool for a

@@ -279,7 +279,7 @@ func (c *Controller) release(t Ticket, settle int64, now time.Time) {
 		return
 	}
 	if settle >= 0 && p.inUseLocked(t) {
-		t.b.readEst += (settle - t.b.readEst) / 8
+		t.b.learnReadLocked(settle)
 	}
 	bytes, ok := p.putLocked(t)
 	if !ok {
@@ -328,7 +328,7 @@ func (c *Controller) Settle(t Ticket, bytes int64, now time.Time) {
 	old := p.charge[t.slot]
 	p.charge[t.slot] = bytes
 	c.mem.add(bytes - old)
-	t.b.readEst += (bytes - t.b.readEst) / 8
+	t.b.learnReadLocked(bytes)
 	var granted chain
 	if bytes < old {
 		c.pumpLocked(now, &granted)

@@ -169,7 +169,7 @@ func TestSettle(t *testing.T) {
 	if m := memStats(c); m.InflightBytes != 4096 || m.PeakBytes != 4096 {
 		t.Fatalf("memory %+v", m)
 	}
-	c.Settle(w, 3010, at(1)) // a charge may grow past the budget (and teaches: 909 + 2101/8)
+	c.Settle(w, 3010, at(1)) // a charge may grow past the budget (and teaches 3010 at once: larger)
 	if m := memStats(c); m.InflightBytes != 4106 || m.PeakBytes != 4106 {
 		t.Fatalf("memory %+v", m)
 	}
@@ -177,10 +177,11 @@ func TestSettle(t *testing.T) {
 	c.Release(r, at(2)) // stale: returns nothing twice
 	c.Settle(r, 5, at(2))
 	c.Release(w, at(2))
-	// The estimate moved 1/8 of the way to 100 (1024 - 924/8 = 909), then to 3010.
+	// The estimate moved 1/8 of the way down to 100 (1024 - 924/8 = 909),
+	// then all the way up to 3010.
 	r2 := acq(t, c, Read, b, nil, Estimate, at(3), Admitted)
-	if m := memStats(c); m.InflightBytes != 996+1171 {
-		t.Fatalf("memory %+v, want the new estimate 1171 charged", m)
+	if m := memStats(c); m.InflightBytes != 996+3010 {
+		t.Fatalf("memory %+v, want the new estimate 3010 charged", m)
 	}
 	c.Release(r2, at(4))
 	c.Settle(c.StartExempt(Read, b, at(4)), 10, at(4)) // exempt: nothing
@@ -252,4 +253,31 @@ func TestSettleRelease(t *testing.T) {
 		t.Fatalf("memory %+v, want the new estimate 909 charged", m)
 	}
 	c.Release(r2, at(4))
+}
+
+// TestReadEstimateRisesAtOnce: after one read of a large value, the next
+// reads of the bucket are charged that size up front, so that they wait for
+// memory instead of passing the bound (an average would have let a burst of
+// them in on the small reads' estimate); smaller values bring it down
+// slowly.
+func TestReadEstimateRisesAtOnce(t *testing.T) {
+	c, ev := newTest(t, 16, 16, Options{MaxInflightBytes: 4 * mib})
+	b := mustBucket(t, c, "b", BucketLimits{})
+	for range 50 { // many small reads: the estimate falls to about 10 bytes
+		r := acq(t, c, Read, b, nil, Estimate, at(0), Admitted)
+		c.SettleRelease(r, 10, at(0))
+	}
+	first := acq(t, c, Read, b, nil, Estimate, at(1), Admitted)
+	c.Settle(first, mib, at(1)) // a 1 MiB value
+	for range 3 {
+		acq(t, c, Read, b, nil, Estimate, at(1), Admitted) // charged 1 MiB each: 4 MiB in all
+	}
+	acq(t, c, Read, b, &recWaiter{name: "fifth", ev: ev}, Estimate, at(1), Queued)
+	if m := memStats(c); m.InflightBytes != 4*mib || m.Waiting != 1 {
+		t.Fatalf("memory %+v, want 4 MiB in flight and the fifth read waiting", m)
+	}
+	c.SettleRelease(first, mib, at(2))
+	if got := ev.take(); got != "fifth:granted" {
+		t.Fatalf("events %q", got)
+	}
 }
