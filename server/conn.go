@@ -58,7 +58,7 @@ type conn struct {
 	user        *tenant.User    // nil until SASL succeeds
 	unthrottled bool            // user has the Unthrottled privilege
 	bucket      *catalog.Bucket // selected bucket, nil for none
-	unselected  string          // the bucket autoSelect found full, while none is selected
+	noBucket    string          // why no bucket is selected, when the connection did not choose it (noBucketReason)
 	enc         command.Encoder // replies in the connection's HELLO features
 
 	parkedSince   time.Time          // when the head command was first throttled; zero when not
@@ -466,7 +466,8 @@ func (c *conn) precheck(req *binary.Request) (binary.Status, string) {
 	}
 	if c.bucket.Deleted() {
 		c.deselect()
-		return binary.StatusNoBucket, "the selected bucket was deleted"
+		c.noBucket = "the selected bucket was deleted" // for the commands behind this one too
+		return binary.StatusNoBucket, c.noBucket
 	}
 	if len(req.Value) > c.srv.opts.MaxItemSize {
 		return binary.StatusTooBig, "value too large"
@@ -592,7 +593,7 @@ func (c *conn) selectBucket(b *catalog.Bucket) {
 }
 
 func (c *conn) deselect() {
-	c.unselected = ""
+	c.noBucket = ""
 	if c.bucket != nil {
 		c.bucket.Throttle().Detach()
 		c.bucket = nil

@@ -144,7 +144,7 @@ func (c *conn) anonymous() {
 // data commands' 0x08 says why (noBucketReason).
 func (c *conn) autoSelect(b *catalog.Bucket) {
 	if c.bucketFull(b) {
-		c.unselected = b.Name()
+		c.noBucket = "no bucket selected: bucket " + b.Name() + " has max_connections_per_bucket connections"
 		return
 	}
 	c.selectBucket(b)
@@ -162,8 +162,8 @@ func (c *conn) bucketFull(b *catalog.Bucket) bool {
 // noBucketReason is why a data command of a connection without a bucket
 // gets 0x08.
 func (c *conn) noBucketReason() string {
-	if c.unselected != "" {
-		return "no bucket selected: bucket " + c.unselected + " has max_connections_per_bucket connections"
+	if c.noBucket != "" {
+		return c.noBucket
 	}
 	return "no bucket selected"
 }
