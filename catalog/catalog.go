@@ -33,6 +33,8 @@ var (
 	ErrClusterContended = errors.New("catalog: config file contended in etcd")
 	// ErrClusterOptions: ClusterOptions.Validate failed.
 	ErrClusterOptions = errors.New("catalog: invalid cluster options")
+	// ErrNodeNameInUse: another live member holds this node's --node-name.
+	ErrNodeNameInUse = errors.New("catalog: node name in use")
 
 	// errCompacted ends a watch whose start revision etcd compacted away.
 	errCompacted = errors.New("catalog: watch revision compacted")
@@ -108,6 +110,7 @@ type Catalog struct {
 	cl     atomic.Pointer[Cluster] // nil on a single node
 	member bool                    // guarded by mu: this node had joined its cluster before
 	toSeed []string                // guarded by mu: local buckets etcd lacked at the first join
+	incs   map[string]int64        // guarded by mu: cluster incarnations read or recorded (applyIncarnationLocked)
 	ticker clusterTicker           // owned by TickCluster's goroutine
 }
 
@@ -119,7 +122,8 @@ func Open(o Options) (*Catalog, error) {
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
 	}
-	c := &Catalog{db: o.DB, throttle: o.Throttle, log: o.Logger, obs: o.Observer, reg: map[string]*Bucket{}}
+	c := &Catalog{db: o.DB, throttle: o.Throttle, log: o.Logger, obs: o.Observer, reg: map[string]*Bucket{},
+		incs: map[string]int64{}}
 	def := o.Defaults
 	c.defaults.Store(&def)
 	if err := c.loadNode(); err != nil {

@@ -2,12 +2,15 @@ package catalog
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -101,17 +104,27 @@ func (o *ClusterOptions) Validate() error {
 // implements it. Calls come from one goroutine (the watch), in etcd's
 // order; each must be idempotent (a change this node wrote comes back).
 type applier interface {
-	// applyClusterBucket creates the bucket or replaces its settings.
-	applyClusterBucket(name string, set tenant.Settings) error
+	// applyClusterBucket creates the bucket or replaces its settings; inc
+	// is its incarnation (clusterBucket).
+	applyClusterBucket(name string, b clusterBucket) error
 	// removeClusterBucket deletes the bucket (a no-op if absent).
 	removeClusterBucket(name string) error
 	// syncClusterBuckets is a catch-up: all is every bucket etcd has.
-	syncClusterBuckets(all map[string]tenant.Settings) error
+	syncClusterBuckets(all map[string]clusterBucket) error
 	// applyClusterNode applies node settings; haveCapacity is false when
 	// etcd holds no capacity for this node (keep the local one).
 	applyClusterNode(n nodeSettings, haveCapacity bool) error
 	// applyClusterUsers replaces the users from their document.
 	applyClusterUsers(doc []byte) error
+}
+
+// clusterBucket is a bucket as etcd holds it: its settings, and its
+// incarnation, the create revision of its key. A bucket deleted and created
+// again has a new incarnation, which tells a node that was away when it
+// happened that the data it holds under that name is the old bucket's.
+type clusterBucket struct {
+	set tenant.Settings
+	inc int64
 }
 
 // Member is a live node as the cluster sees it.
@@ -184,12 +197,80 @@ func openCluster(now time.Time, opts ClusterOptions, a applier) (*Cluster, error
 		cli.Close()
 		return nil, fmt.Errorf("catalog: join cluster %q at %v: %w", opts.Cluster, opts.Endpoints, err)
 	}
+	if err := c.claimName(now); err != nil {
+		cli.Close()
+		return nil, err
+	}
 	c.lastAnswer.Store(now.UnixNano())
 	ctx, c.cancel = context.WithCancel(context.Background())
 	c.wg.Add(2)
 	go c.watchLoop(ctx, rev)
 	go c.publishLoop(ctx)
 	return c, nil
+}
+
+// claimName takes this node's member key under a lease of its own, and
+// only while no other process holds it: a second kvd under the same
+// --node-name would enforce that name's share of every limit twice. The key
+// of a node that died without leaving (kill -9) lives until its lease ends,
+// so claimName waits that long (the lease TTL and a second) before it
+// refuses to join with ErrNodeNameInUse.
+func (c *Cluster) claimName(now time.Time) error {
+	key := c.keys.member(c.opts.NodeName)
+	member, _ := json.Marshal(memberInfo{Address: c.opts.Address, Heartbeat: now})
+	deadline := time.Now().Add(c.opts.LeaseTTL + time.Second)
+	for {
+		held, err := c.claimOnce(key, member)
+		switch {
+		case err != nil:
+			return fmt.Errorf("catalog: claim node name %q: %w", c.opts.NodeName, err)
+		case held == nil:
+			return nil
+		case time.Now().After(deadline):
+			if c.lease != 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
+				_, _ = c.cli.Revoke(ctx, c.lease)
+				cancel()
+			}
+			return fmt.Errorf("%w: %q is held by a live member (%s), still after %v: another kvd runs under that name",
+				ErrNodeNameInUse, c.opts.NodeName, held, c.opts.LeaseTTL+time.Second)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// claimOnce creates key with member under the node's lease (granted on the
+// first call) unless the key exists; then it returns the holder's value.
+func (c *Cluster) claimOnce(key string, member []byte) (held []byte, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
+	defer cancel()
+	if c.lease != 0 { // an earlier attempt's: keep it alive while we wait
+		if _, err := c.cli.KeepAliveOnce(ctx, c.lease); errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			c.lease = 0
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	if c.lease == 0 {
+		g, err := c.cli.Grant(ctx, int64(c.opts.LeaseTTL/time.Second))
+		if err != nil {
+			return nil, err
+		}
+		c.lease = g.ID
+	}
+	resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(member), clientv3.WithLease(c.lease))).
+		Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return nil, err
+	}
+	if resp.Succeeded {
+		return nil, nil
+	}
+	if r := resp.Responses; len(r) == 1 && len(r[0].GetResponseRange().Kvs) == 1 {
+		return r[0].GetResponseRange().Kvs[0].Value, nil
+	}
+	return []byte("?"), nil
 }
 
 // Close leaves the cluster: it revokes the node's lease (the other nodes

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 	"time"
 
 	"kvd/engine"
@@ -107,15 +109,72 @@ func (c *Catalog) removeLocked(name, who string) error {
 	if err := c.deleteLocked(name, who); err != nil && !errors.Is(err, engine.ErrBucketNotFound) {
 		return err
 	}
-	return nil
+	return c.forgetIncarnationLocked(name)
 }
 
 // applyClusterBucket implements applier.
-func (c *Catalog) applyClusterBucket(name string, set tenant.Settings) error {
+func (c *Catalog) applyClusterBucket(name string, cb clusterBucket) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, err := c.applyBucketLocked(name, set, clusterWho)
-	return err
+	return c.applyIncarnationLocked(name, cb)
+}
+
+// applyIncarnationLocked makes bucket name follow cb. If the local bucket
+// is an earlier incarnation (the bucket was deleted and created again in
+// the cluster while this node was not watching), its data goes first: the
+// name now means a new, empty bucket. The incarnation this node follows is
+// persisted per bucket; a bucket without one (created before it was
+// recorded) takes cb's and keeps its data.
+func (c *Catalog) applyIncarnationLocked(name string, cb clusterBucket) error {
+	key := incMetaPrefix + name
+	have, err := c.incarnationLocked(key)
+	if err != nil {
+		return err
+	}
+	if _, ok := c.Get(name); ok && have != 0 && cb.inc != 0 && have != cb.inc {
+		c.log.Info("bucket re-created in the cluster while this node was away: its old data goes",
+			"bucket", name, "old_incarnation", have, "incarnation", cb.inc)
+		if err := c.removeLocked(name, clusterWho); err != nil {
+			return err
+		}
+	}
+	if _, err := c.applyBucketLocked(name, cb.set, clusterWho); err != nil {
+		return err
+	}
+	if cb.inc == 0 || cb.inc == have {
+		return nil
+	}
+	if err := c.db.PutMeta(key, strconv.AppendInt(nil, cb.inc, 10)); err != nil {
+		return err
+	}
+	c.incs[name] = cb.inc
+	return nil
+}
+
+// incMetaPrefix + a bucket's name is the engine meta key of the cluster
+// incarnation this node follows for it (applyIncarnationLocked).
+const incMetaPrefix = "cluster_incarnation/"
+
+// incarnationLocked returns the incarnation recorded under key (0: none).
+func (c *Catalog) incarnationLocked(key string) (int64, error) {
+	name := strings.TrimPrefix(key, incMetaPrefix)
+	if v, ok := c.incs[name]; ok {
+		return v, nil
+	}
+	raw, err := c.db.Meta(key)
+	if errors.Is(err, engine.ErrNotFound) || (err == nil && len(raw) == 0) {
+		c.incs[name] = 0
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("catalog: meta %s: %w", key, err)
+	}
+	c.incs[name] = v
+	return v, nil
 }
 
 // removeClusterBucket implements applier.
@@ -128,16 +187,26 @@ func (c *Catalog) removeClusterBucket(name string) error {
 	return c.removeLocked(name, clusterWho)
 }
 
+// forgetIncarnationLocked drops the incarnation recorded for a bucket that
+// is gone here (a later bucket of that name starts afresh).
+func (c *Catalog) forgetIncarnationLocked(name string) error {
+	if v, ok := c.incs[name]; ok && v == 0 {
+		return nil
+	}
+	c.incs[name] = 0
+	return c.db.PutMeta(incMetaPrefix+name, nil)
+}
+
 // syncClusterBuckets implements applier: every bucket etcd has exists
 // here with its settings; a local bucket etcd lacks is deleted if this
 // node was a member already (it was deleted while the node was away), and
 // kept to be seeded into etcd at the first join.
-func (c *Catalog) syncClusterBuckets(all map[string]tenant.Settings) error {
+func (c *Catalog) syncClusterBuckets(all map[string]clusterBucket) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error
-	for name, set := range all {
-		if _, err := c.applyBucketLocked(name, set, clusterWho); err != nil {
+	for name, cb := range all {
+		if err := c.applyIncarnationLocked(name, cb); err != nil {
 			errs = append(errs, fmt.Errorf("bucket %q: %w", name, err))
 		}
 	}

@@ -152,3 +152,89 @@ func TestClusterCatalog(t *testing.T) {
 		return len(u) == 1 && u[0] == "alice"
 	})
 }
+
+// TestClusterRecreatedWhileAwayDropsOldData: a bucket deleted and created
+// again in the cluster while a node was down is, on that node's return, the
+// new (empty) bucket, not the old one's data under the same name; a bucket
+// that was left alone keeps its data across the node's restart.
+func TestClusterRecreatedWhileAwayDropsOldData(t *testing.T) {
+	srv := etcdtest.Start(t)
+	n1 := openClusterNode(t, srv, t.TempDir(), "n1")
+	n2 := openClusterNode(t, srv, t.TempDir(), "n2")
+	set := tenant.Settings{Reserved: 10, HardLimit: 100}
+	for _, name := range []string{"ghost", "kept"} {
+		if _, err := n1.cat.Create(name, set, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 2*time.Second, "both buckets on n2", func() bool { return has(n2.cat, "ghost") && has(n2.cat, "kept") })
+	for _, name := range []string{"ghost", "kept"} {
+		b, _ := n2.cat.Get(name)
+		if _, err := b.Store().Store(engine.ModeSet, []byte("k"), []byte("old-"+name), 0, 0, 0, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n2.close(t)
+	if err := n1.cat.Delete("ghost", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.cat.Create("ghost", set, "test"); err != nil {
+		t.Fatal(err)
+	}
+	n2 = openClusterNode(t, srv, n2.dir, "n2")
+	ghost, ok := n2.cat.Get("ghost")
+	if !ok {
+		t.Fatal("the re-created bucket is missing on the returning node")
+	}
+	if _, err := ghost.Store().Get([]byte("k"), 1, nil); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("GET k in the re-created bucket: %v, want not found (the old bucket's data came back)", err)
+	}
+	kept, _ := n2.cat.Get("kept")
+	if it, err := kept.Store().Get([]byte("k"), 1, nil); err != nil || string(it.Value) != "old-kept" {
+		t.Fatalf("GET k in the bucket left alone: %v %q, want its data", err, it.Value)
+	}
+}
+
+// TestClusterNodeNameInUse: a second process under a live member's name
+// is refused (it would enforce that name's share twice); once the member
+// leaves, the name is free at once.
+func TestClusterNodeNameInUse(t *testing.T) {
+	srv := etcdtest.Start(t)
+	n1 := openClusterNode(t, srv, t.TempDir(), "n1")
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := engine.Open(engine.Options{Dir: t.TempDir(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	stop := make(chan struct{})
+	ticked := make(chan struct{})
+	go func() { // n1 publishes, as the server's housekeeping makes it every second
+		defer close(ticked)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+				n1.cat.TickCluster(time.Now())
+			}
+		}
+	}()
+	start := time.Now()
+	_, err = Open(Options{DB: db, Throttle: tenant.NewThrottle(25000, t0), Defaults: defaults, Logger: quiet,
+		Observer: nopObserver{}, Now: time.Now(), Cluster: &ClusterOptions{Endpoints: srv.Endpoints(), NodeName: "n1",
+			Cluster: "cat", LeaseTTL: 2 * time.Second, PublishPeriod: 200 * time.Millisecond, Logger: quiet}})
+	if !errors.Is(err, ErrNodeNameInUse) {
+		t.Fatalf("a second n1: %v, want ErrNodeNameInUse", err)
+	}
+	t.Logf("refused after %v: %v", time.Since(start), err)
+	close(stop)
+	<-ticked
+	n1.close(t)
+	start = time.Now()
+	again := openClusterNode(t, srv, n1.dir, "n1")
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("n1 reopened after a clean close in %v, want at once", d)
+	}
+	again.close(t)
+}

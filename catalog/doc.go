@@ -51,7 +51,11 @@
 // disappeared. A node that joins for the first time keeps the buckets it
 // already has and seeds them into etcd; from then on (a marker in the
 // engine's metadata, "cluster_member") etcd wins, and a bucket deleted
-// while the node was away is deleted on it when it catches up. Users come
+// while the node was away is deleted on it when it catches up. A bucket
+// deleted and created again meanwhile is told apart by its incarnation,
+// the create revision of its etcd key, which the node records per bucket
+// ("cluster_incarnation/<name>"): a different one drops the local data
+// first (applyIncarnationLocked). Users come
 // from etcd too: the Observer's UsersChanged hands them to the server.
 //
 // The config file meets etcd item by item (reconcileFile): an item no file

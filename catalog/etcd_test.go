@@ -8,7 +8,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"io"
 	"log/slog"
-	"maps"
 	"runtime"
 	"strings"
 	"sync"
@@ -32,10 +31,10 @@ type fakeApplier struct {
 
 func newFakeApplier() *fakeApplier { return &fakeApplier{buckets: map[string]tenant.Settings{}} }
 
-func (f *fakeApplier) applyClusterBucket(name string, set tenant.Settings) error {
+func (f *fakeApplier) applyClusterBucket(name string, cb clusterBucket) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.buckets[name] = set
+	f.buckets[name] = cb.set
 	return nil
 }
 
@@ -46,10 +45,13 @@ func (f *fakeApplier) removeClusterBucket(name string) error {
 	return nil
 }
 
-func (f *fakeApplier) syncClusterBuckets(all map[string]tenant.Settings) error {
+func (f *fakeApplier) syncClusterBuckets(all map[string]clusterBucket) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.buckets = maps.Clone(all)
+	f.buckets = make(map[string]tenant.Settings, len(all))
+	for name, cb := range all {
+		f.buckets[name] = cb.set
+	}
 	f.syncs++
 	return nil
 }

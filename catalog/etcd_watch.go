@@ -62,7 +62,7 @@ func (c *Cluster) catchUp(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	buckets := map[string]tenant.Settings{}
+	buckets := map[string]clusterBucket{}
 	c.viewMu.Lock()
 	c.view = newClusterView()
 	c.viewMu.Unlock()
@@ -74,13 +74,13 @@ func (c *Cluster) catchUp(ctx context.Context) (int64, error) {
 				errs = append(errs, err)
 				continue
 			}
-			buckets[name] = set
+			buckets[name] = clusterBucket{set, kv.CreateRevision}
 			continue
 		}
 		if key == c.keys.node() || key == c.keys.capacity(c.opts.NodeName) {
 			continue // applied once below
 		}
-		errs = append(errs, c.applyKey(key, kv.Value, false))
+		errs = append(errs, c.applyKey(key, kv, false))
 	}
 	errs = append(errs, c.apply.syncClusterBuckets(buckets), c.applyNodeFrom(st.kvs))
 	c.applied.Store(st.rev)
@@ -126,7 +126,8 @@ func parseBucket(name string, raw []byte) (tenant.Settings, error) {
 // applyKey applies one key's new value (or its deletion) to the applier
 // or to the view. Keys this node does not follow (another node's
 // capacity, the file record) are ignored.
-func (c *Cluster) applyKey(key string, value []byte, deleted bool) error {
+func (c *Cluster) applyKey(key string, kv *mvccpb.KeyValue, deleted bool) error {
+	value := kv.Value
 	if name, ok := c.keys.bucketName(key); ok {
 		if deleted {
 			return c.apply.removeClusterBucket(name)
@@ -135,7 +136,7 @@ func (c *Cluster) applyKey(key string, value []byte, deleted bool) error {
 		if err != nil {
 			return err
 		}
-		return c.apply.applyClusterBucket(name, set)
+		return c.apply.applyClusterBucket(name, clusterBucket{set, kv.CreateRevision})
 	}
 	if name, ok := strings.CutPrefix(key, c.keys.memberPrefix()); ok {
 		return c.updateView(func(v *clusterView) error { return setOrDelete(v.members, name, value, deleted) })
@@ -224,7 +225,7 @@ func (c *Cluster) watchFrom(ctx context.Context, from int64) (int64, error) {
 				}
 				continue
 			}
-			if err := c.applyKey(key, ev.Kv.Value, ev.Type == mvccpb.DELETE); err != nil {
+			if err := c.applyKey(key, ev.Kv, ev.Type == mvccpb.DELETE); err != nil {
 				c.log.Error("cluster: change from etcd", "key", key, "err", err)
 			}
 		}
