@@ -82,7 +82,11 @@ func (h bucketHooks) UsersChanged(specs []catalog.UserSpec) error {
 	if err != nil {
 		return err
 	}
-	return h.s.users.Replace(list)
+	if err := h.s.users.Replace(list); err != nil {
+		return err
+	}
+	h.s.revoke() // open connections too, as after a reload of this node's own file
+	return nil
 }
 
 // revoke makes a reload that removed a user, a bucket grant or a

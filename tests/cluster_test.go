@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -14,14 +15,14 @@ import (
 // capacity 3000 units/s each; "hl", a bucket with a cluster-wide hard
 // limit of 3000; "res", with 1500 reserved cluster-wide; "flood", the
 // neighbour with neither; one user per bucket and the admin.
-func clusterConfig(t *testing.T) string {
+func clusterConfig(t *testing.T, extraUsers ...map[string]any) string {
 	return throttleConfig(t, map[string]any{
 		"node_capacity": 3000,
-		"users": []map[string]any{
+		"users": append([]map[string]any{
 			{"name": "admin", "password": "admin-pw", "buckets": []string{"*"},
 				"privileges": []string{"BucketThrottleManagement", "Unthrottled", "Stats"}},
 			{"name": "tenant", "password": "tenant-pw", "buckets": []string{"*"}},
-		},
+		}, extraUsers...),
 	}, bucketConfig("hl", 0, 3000), bucketConfig("res", 1500, "unlimited"), bucketConfig("flood", 0, "unlimited"))
 }
 
@@ -93,6 +94,27 @@ func (tc *testCluster) testCatalog(t *testing.T) {
 	within(t, 2*time.Second, "made gone everywhere", func() (bool, string) {
 		s1, s2 := n1.selectBucket("made"), n2.selectBucket("made")
 		return s1 == mc.StatusKeyNotFound && s2 == mc.StatusKeyNotFound, s1.String() + " " + s2.String()
+	})
+	// A user removed through one node's file loses its open connections on
+	// every node, not only its new logins (users reach the others via etcd).
+	writeConfig := func(cfg string) {
+		if err := os.WriteFile(tc.nodes[0].Config, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeConfig(clusterConfig(t, map[string]any{"name": "temp", "password": "temp-pw", "buckets": []string{"*"}}))
+	var temp *rawConn
+	within(t, 10*time.Second, "temp able to log in on n2", func() (bool, string) {
+		c := dialRaw(t, tc.nodes[1].Addr)
+		res := c.call(&mc.Request{Magic: mc.MagicRequest, Opcode: mc.OpSASLAuth, Key: []byte("PLAIN"), Value: []byte("\x00temp\x00temp-pw")})
+		if res.Status == mc.StatusOK {
+			temp = c
+		}
+		return res.Status == mc.StatusOK, res.Status.String()
+	})
+	writeConfig(clusterConfig(t))
+	within(t, 10*time.Second, "temp's connection on n2 closed", func() (bool, string) {
+		return temp.closed(500 * time.Millisecond), "still open"
 	})
 	within(t, 2*time.Second, "n1 sees three members", func() (bool, string) {
 		st := n1.clusterStat()
