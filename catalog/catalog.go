@@ -109,6 +109,7 @@ type Catalog struct {
 
 	cl     atomic.Pointer[Cluster] // nil on a single node
 	member bool                    // guarded by mu: this node had joined its cluster before
+	etcdID uint64                  // guarded by mu: the etcd cluster it follows (followEtcd); 0 unknown
 	toSeed []string                // guarded by mu: local buckets etcd lacked at the first join
 	incs   map[string]int64        // guarded by mu: cluster incarnations read or recorded (applyIncarnationLocked)
 	ticker clusterTicker           // owned by TickCluster's goroutine

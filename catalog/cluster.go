@@ -109,6 +109,9 @@ type applier interface {
 	applyClusterBucket(name string, b clusterBucket) error
 	// removeClusterBucket deletes the bucket (a no-op if absent).
 	removeClusterBucket(name string) error
+	// followEtcd is told, before each catch-up, the ID of the etcd cluster
+	// it reads.
+	followEtcd(id uint64)
 	// syncClusterBuckets is a catch-up: all is every bucket etcd has.
 	syncClusterBuckets(all map[string]clusterBucket) error
 	// applyClusterNode applies node settings; haveCapacity is false when

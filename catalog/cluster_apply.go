@@ -21,7 +21,44 @@ import (
 
 // memberMetaKey marks, in the engine's metadata, that this node has joined
 // the named cluster before: from then on etcd wins over the local buckets.
+// Its value is the cluster's name, then "@" and the ID of the etcd cluster
+// it followed in hex (markers written before the ID was recorded have the
+// name alone).
 const memberMetaKey = "cluster_member"
+
+// memberMarker is memberMetaKey's value for cluster on the etcd cluster id.
+func memberMarker(cluster string, id uint64) []byte {
+	return []byte(cluster + "@" + strconv.FormatUint(id, 16))
+}
+
+// parseMemberMarker splits a memberMetaKey value; id is 0 when the marker
+// has none.
+func parseMemberMarker(raw []byte) (cluster string, id uint64) {
+	name, hex, ok := strings.Cut(string(raw), "@")
+	if !ok {
+		return name, 0
+	}
+	id, _ = strconv.ParseUint(hex, 16, 64)
+	return name, id
+}
+
+// followEtcd implements applier. A node that was a member of a cluster on
+// another etcd (etcd lost its data and was rebuilt, or was replaced) is
+// treated as joining for the first time: its buckets are seeded into this
+// etcd instead of being deleted because it lacks them.
+func (c *Catalog) followEtcd(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.member && c.etcdID != 0 && id != 0 && id != c.etcdID {
+		c.log.Warn("cluster: etcd is not the etcd this node followed (its data was lost or it was replaced): this node's buckets are seeded into it, not deleted",
+			"etcd_cluster_id", strconv.FormatUint(id, 16), "followed", strconv.FormatUint(c.etcdID, 16))
+		c.member = false
+	}
+	if id != c.etcdID {
+		clear(c.incs) // incarnations are revisions of the etcd they were read from
+	}
+	c.etcdID = id
+}
 
 // clusterWho names changes that came from etcd in the log.
 const clusterWho = "cluster"
@@ -49,7 +86,8 @@ func (c *Catalog) join(now time.Time, o ClusterOptions) error {
 	}
 	o.EnsureDefaults()
 	c.mu.Lock()
-	c.member = err == nil && string(raw) == o.Cluster
+	name, id := parseMemberMarker(raw)
+	c.member, c.etcdID = err == nil && name == o.Cluster, id
 	c.mu.Unlock()
 	cl, err := openCluster(now, o, c)
 	if err != nil {
@@ -69,7 +107,7 @@ func (c *Catalog) join(now time.Time, o ClusterOptions) error {
 		}
 	}
 	c.toSeed = nil
-	if err := c.db.PutMeta(memberMetaKey, []byte(o.Cluster)); err != nil {
+	if err := c.db.PutMeta(memberMetaKey, memberMarker(o.Cluster, c.etcdID)); err != nil {
 		_ = cl.Close()
 		return err
 	}
@@ -144,7 +182,7 @@ func (c *Catalog) applyIncarnationLocked(name string, cb clusterBucket) error {
 	if cb.inc == 0 || cb.inc == have {
 		return nil
 	}
-	if err := c.db.PutMeta(key, strconv.AppendInt(nil, cb.inc, 10)); err != nil {
+	if err := c.db.PutMeta(key, fmt.Appendf(nil, "%x:%d", c.etcdID, cb.inc)); err != nil {
 		return err
 	}
 	c.incs[name] = cb.inc
@@ -152,7 +190,8 @@ func (c *Catalog) applyIncarnationLocked(name string, cb clusterBucket) error {
 }
 
 // incMetaPrefix + a bucket's name is the engine meta key of the cluster
-// incarnation this node follows for it (applyIncarnationLocked).
+// incarnation this node follows for it (applyIncarnationLocked), stored as
+// "<etcd cluster ID in hex>:<revision>".
 const incMetaPrefix = "cluster_incarnation/"
 
 // incarnationLocked returns the incarnation recorded under key (0: none).
@@ -169,9 +208,13 @@ func (c *Catalog) incarnationLocked(key string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	v, err := strconv.ParseInt(string(raw), 10, 64)
+	etcd, rev, _ := strings.Cut(string(raw), ":")
+	v, err := strconv.ParseInt(rev, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("catalog: meta %s: %w", key, err)
+		return 0, fmt.Errorf("catalog: meta %s: %q", key, raw)
+	}
+	if etcd != strconv.FormatUint(c.etcdID, 16) {
+		v = 0 // a revision of another etcd says nothing about this one's
 	}
 	c.incs[name] = v
 	return v, nil

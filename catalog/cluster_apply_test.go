@@ -238,3 +238,44 @@ func TestClusterNodeNameInUse(t *testing.T) {
 	}
 	again.close(t)
 }
+
+// TestClusterNewEtcdSeededNotWiped: a member whose etcd lost its data (a new
+// etcd cluster on the same endpoints) does not delete its buckets because
+// the new etcd lacks them: it seeds them, data kept, as at a first join.
+func TestClusterNewEtcdSeededNotWiped(t *testing.T) {
+	old := etcdtest.Start(t)
+	n1 := openClusterNode(t, old, t.TempDir(), "n1")
+	if _, err := n1.cat.Create("keep", tenant.Settings{Reserved: 10, HardLimit: 100}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := n1.cat.Get("keep")
+	if _, err := b.Store().Store(engine.ModeSet, []byte("k"), []byte("v"), 0, 0, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	n1.close(t)
+	fresh := etcdtest.Start(t)
+	n1 = openClusterNode(t, fresh, n1.dir, "n1")
+	b, ok := n1.cat.Get("keep")
+	if !ok {
+		t.Fatal("the bucket was deleted because the new etcd lacked it")
+	}
+	if it, err := b.Store().Get([]byte("k"), 1, nil); err != nil || string(it.Value) != "v" {
+		t.Fatalf("GET k: %v %q, want the data kept", err, it.Value)
+	}
+	n2 := openClusterNode(t, fresh, t.TempDir(), "n2")
+	if !has(n2.cat, "keep") {
+		t.Fatal("the bucket was not seeded into the new etcd")
+	}
+	n2.close(t)
+	// Reopened on the new etcd, the node is a member of it again: a bucket
+	// deleted there meanwhile is deleted here.
+	n1.close(t)
+	n2 = openClusterNode(t, fresh, n2.dir, "n2")
+	if err := n2.cat.Delete("keep", "test"); err != nil {
+		t.Fatal(err)
+	}
+	n1 = openClusterNode(t, fresh, n1.dir, "n1")
+	if has(n1.cat, "keep") {
+		t.Fatal("a bucket deleted in the new etcd while n1 was away came back")
+	}
+}

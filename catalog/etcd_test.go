@@ -45,6 +45,8 @@ func (f *fakeApplier) removeClusterBucket(name string) error {
 	return nil
 }
 
+func (f *fakeApplier) followEtcd(uint64) {}
+
 func (f *fakeApplier) syncClusterBuckets(all map[string]clusterBucket) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -36,6 +36,7 @@ func newClusterView() clusterView {
 // prefixState is the whole prefix at one revision.
 type prefixState struct {
 	rev int64
+	id  uint64 // etcd's cluster ID
 	kvs map[string]*mvccpb.KeyValue
 }
 
@@ -47,7 +48,7 @@ func (c *Cluster) readPrefix(ctx context.Context) (prefixState, error) {
 	if err != nil {
 		return prefixState{}, err
 	}
-	st := prefixState{rev: resp.Header.Revision, kvs: make(map[string]*mvccpb.KeyValue, len(resp.Kvs))}
+	st := prefixState{rev: resp.Header.Revision, id: resp.Header.ClusterId, kvs: make(map[string]*mvccpb.KeyValue, len(resp.Kvs))}
 	for _, kv := range resp.Kvs {
 		st.kvs[string(kv.Key)] = kv
 	}
@@ -82,6 +83,7 @@ func (c *Cluster) catchUp(ctx context.Context) (int64, error) {
 		}
 		errs = append(errs, c.applyKey(key, kv, false))
 	}
+	c.apply.followEtcd(st.id)
 	errs = append(errs, c.apply.syncClusterBuckets(buckets), c.applyNodeFrom(st.kvs))
 	c.applied.Store(st.rev)
 	return st.rev, errors.Join(errs...)
