@@ -178,10 +178,8 @@ func (c *conn) park() {
 	}
 }
 
-// wakeAfter makes sure a connection parked now is looked at again once its
-// command has waited d (max_throttle_wait_ms), which may come before the
-// throttle's next tick wakes it: it is answered 0x86 then, not up to a
-// second later. The timer is the connection's, made once.
+// wakeAfter wakes the connection parked now once its command has waited d
+// (max_throttle_wait_ms), which may come before the throttle's next tick.
 func (c *conn) wakeAfter(d time.Duration) {
 	d += time.Millisecond // past the limit, not at it
 	if c.parkWake == nil {
@@ -191,8 +189,7 @@ func (c *conn) wakeAfter(d time.Duration) {
 	c.parkWake.Reset(d)
 }
 
-// leavePark ends the head command's parking: it was admitted or answered,
-// or its connection left the bucket.
+// leavePark ends the head command's parking (admitted, answered, or left).
 func (c *conn) leavePark() {
 	c.parkedSince = time.Time{}
 	if c.parkWake != nil {
@@ -200,9 +197,8 @@ func (c *conn) leavePark() {
 	}
 }
 
-// Wake implements catalog.Waker: the bucket's tick (or its deletion) wakes
-// the parked connection, whose loop then asks admission again. The timer
-// of wakeAfter calls it too.
+// Wake implements catalog.Waker: the bucket's tick (or its deletion), or
+// wakeAfter's timer, wakes the parked connection to ask admission again.
 func (c *conn) Wake() {
 	c.parked.Store(false)
 	_ = c.gc.Wake(nil)

@@ -159,8 +159,7 @@ func (c *conn) bucketFull(b *catalog.Bucket) bool {
 	return !exempt && c.bucket != b && b.Throttle().Clients() >= limit
 }
 
-// noBucketReason is why a data command of a connection without a bucket
-// gets 0x08.
+// noBucketReason is why a connection without a bucket gets 0x08.
 func (c *conn) noBucketReason() string {
 	if c.noBucket != "" {
 		return c.noBucket
