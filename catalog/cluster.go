@@ -3,14 +3,12 @@ package catalog
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -247,19 +245,8 @@ func (c *Cluster) claimName(now time.Time) error {
 func (c *Cluster) claimOnce(key string, member []byte) (held []byte, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
 	defer cancel()
-	if c.lease != 0 { // an earlier attempt's: keep it alive while we wait
-		if _, err := c.cli.KeepAliveOnce(ctx, c.lease); errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			c.lease = 0
-		} else if err != nil {
-			return nil, err
-		}
-	}
-	if c.lease == 0 {
-		g, err := c.cli.Grant(ctx, int64(c.opts.LeaseTTL/time.Second))
-		if err != nil {
-			return nil, err
-		}
-		c.lease = g.ID
+	if err := c.renewLease(ctx); err != nil { // an earlier attempt's lease lives on while we wait
+		return nil, err
 	}
 	resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, string(member), clientv3.WithLease(c.lease))).

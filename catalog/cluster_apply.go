@@ -164,8 +164,7 @@ func (c *Catalog) applyClusterBucket(name string, cb clusterBucket) error {
 // persisted per bucket; a bucket without one (created before it was
 // recorded) takes cb's and keeps its data.
 func (c *Catalog) applyIncarnationLocked(name string, cb clusterBucket) error {
-	key := incMetaPrefix + name
-	have, err := c.incarnationLocked(key)
+	have, err := c.incarnationLocked(name)
 	if err != nil {
 		return err
 	}
@@ -182,7 +181,7 @@ func (c *Catalog) applyIncarnationLocked(name string, cb clusterBucket) error {
 	if cb.inc == 0 || cb.inc == have {
 		return nil
 	}
-	if err := c.db.PutMeta(key, fmt.Appendf(nil, "%x:%d", c.etcdID, cb.inc)); err != nil {
+	if err := c.db.PutMeta(incMetaPrefix+name, fmt.Appendf(nil, "%x:%d", c.etcdID, cb.inc)); err != nil {
 		return err
 	}
 	c.incs[name] = cb.inc
@@ -194,12 +193,13 @@ func (c *Catalog) applyIncarnationLocked(name string, cb clusterBucket) error {
 // "<etcd cluster ID in hex>:<revision>".
 const incMetaPrefix = "cluster_incarnation/"
 
-// incarnationLocked returns the incarnation recorded under key (0: none).
-func (c *Catalog) incarnationLocked(key string) (int64, error) {
-	name := strings.TrimPrefix(key, incMetaPrefix)
+// incarnationLocked returns the incarnation recorded for bucket name (0:
+// none, or one of another etcd).
+func (c *Catalog) incarnationLocked(name string) (int64, error) {
 	if v, ok := c.incs[name]; ok {
 		return v, nil
 	}
+	key := incMetaPrefix + name
 	raw, err := c.db.Meta(key)
 	if errors.Is(err, engine.ErrNotFound) || (err == nil && len(raw) == 0) {
 		c.incs[name] = 0

@@ -208,10 +208,24 @@ func (c *Cluster) publishLoop(ctx context.Context) {
 func (c *Cluster) publish(ctx context.Context, r report) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
+	if err := c.renewLease(ctx); err != nil {
+		return err
+	}
+	lease := clientv3.WithLease(c.lease)
+	_, err := c.cli.Txn(ctx).Then(
+		clientv3.OpPut(c.keys.member(c.opts.NodeName), string(r.member), lease),
+		clientv3.OpPut(c.keys.usage(c.opts.NodeName), string(r.usage), lease),
+	).Commit()
+	return err
+}
+
+// renewLease keeps the node's lease alive, or grants one when it has none
+// or it expired (during an outage, or while claimName waited).
+func (c *Cluster) renewLease(ctx context.Context) error {
 	if c.lease != 0 {
 		_, err := c.cli.KeepAliveOnce(ctx, c.lease)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			c.lease = 0 // expired during an outage: take a new one
+			c.lease = 0 // expired: take a new one
 		} else if err != nil {
 			return err
 		}
@@ -223,12 +237,7 @@ func (c *Cluster) publish(ctx context.Context, r report) error {
 		}
 		c.lease = g.ID
 	}
-	lease := clientv3.WithLease(c.lease)
-	_, err := c.cli.Txn(ctx).Then(
-		clientv3.OpPut(c.keys.member(c.opts.NodeName), string(r.member), lease),
-		clientv3.OpPut(c.keys.usage(c.opts.NodeName), string(r.usage), lease),
-	).Commit()
-	return err
+	return nil
 }
 
 // quietZap is the etcd client's logger: kvd logs the link's transitions

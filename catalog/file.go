@@ -141,7 +141,7 @@ func (c *Catalog) planFileLocked(f File, prev applied, havePrev bool, want appli
 	p := filePlan{node: want.Node}
 	if havePrev {
 		p.node = fileEdits(c.Node(), prev.Node, want.Node)
-		if err := validNode(p.node); err != nil {
+		if err := p.node.Validate(); err != nil {
 			return p, fmt.Errorf("node settings: %w: %w", ErrFileConflict, err)
 		}
 	}
@@ -167,19 +167,6 @@ func (c *Catalog) planFileLocked(f File, prev applied, havePrev bool, want appli
 		}
 	}
 	return p, nil
-}
-
-// validNode checks node settings merged from the file and run-time changes
-// as SetNodeThrottleProperties checks its own.
-func validNode(n tenant.NodeSettings) error {
-	if n.Capacity <= 0 {
-		return fmt.Errorf("capacity %d is not positive", n.Capacity)
-	}
-	if r, h := n.DefaultReserved, n.DefaultHardLimit; h >= 0 && (r < 0 || r > h) {
-		return fmt.Errorf("default_throttle_reserved_units %s exceeds default_throttle_hard_limit %s",
-			tenant.FormatLimit(r), tenant.FormatLimit(h))
-	}
-	return nil
 }
 
 // mergeFileSettings returns cur with the fields the file changed since

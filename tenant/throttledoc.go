@@ -186,27 +186,36 @@ func ParseNodeThrottle(value []byte, cur NodeSettings) (NodeSettings, error) {
 		if next.Capacity, err = countField(f, fieldCapacity); err != nil {
 			return cur, err
 		}
-		if next.Capacity == 0 { // as node_capacity in the config file
-			return cur, docErrorf("%s must be positive, got 0", fieldCapacity)
-		}
 	}
 	r, h := doc.Get(fieldDefaultReserved), doc.Get(fieldDefaultHardLimit)
 	if r.Exists() != h.Exists() {
 		return cur, docErrorf("%s and %s must be set together", fieldDefaultReserved, fieldDefaultHardLimit)
 	}
-	if !r.Exists() {
-		return next, nil
+	if r.Exists() {
+		if next.DefaultReserved, err = limitField(doc, fieldDefaultReserved); err != nil {
+			return cur, err
+		}
+		if next.DefaultHardLimit, err = limitField(doc, fieldDefaultHardLimit); err != nil {
+			return cur, err
+		}
 	}
-	if next.DefaultReserved, err = limitField(doc, fieldDefaultReserved); err != nil {
+	if err := next.Validate(); err != nil {
 		return cur, err
-	}
-	if next.DefaultHardLimit, err = limitField(doc, fieldDefaultHardLimit); err != nil {
-		return cur, err
-	}
-	if r, h := next.DefaultReserved, next.DefaultHardLimit; h >= 0 && (r < 0 || r > h) {
-		return cur, docErrorf("%s %s exceeds %s %s", fieldDefaultReserved, FormatLimit(r), fieldDefaultHardLimit, FormatLimit(h))
 	}
 	return next, nil
+}
+
+// Validate checks node settings as a whole: a positive capacity (as
+// node_capacity in the config file) and default reserved ≤ default hard
+// limit. Errors match ErrInvalidSettings.
+func (n NodeSettings) Validate() error {
+	if n.Capacity <= 0 {
+		return docErrorf("%s must be positive, got %d", fieldCapacity, n.Capacity)
+	}
+	if r, h := n.DefaultReserved, n.DefaultHardLimit; h >= 0 && (r < 0 || r > h) {
+		return docErrorf("%s %s exceeds %s %s", fieldDefaultReserved, FormatLimit(r), fieldDefaultHardLimit, FormatLimit(h))
+	}
+	return nil
 }
 
 // throttleDoc checks a throttle command's value: at most MaxThrottleDocLen
