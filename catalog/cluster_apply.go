@@ -300,16 +300,9 @@ func (c *Catalog) applyClusterUsers(doc []byte) error {
 // (reconcileFile), then the call waits until the watch has applied what
 // etcd holds, so that the buckets the file seeded exist here on return.
 func (c *Catalog) applyFileToCluster(cl *Cluster, f File) error {
-	cf := ClusterFile{Node: f.Node, Buckets: make(map[string]tenant.Settings, len(f.Buckets)), ModTime: f.ModTime}
+	cf := ClusterFile{Node: f.Node, Buckets: make(map[string]tenant.Settings, len(f.Buckets)), Users: f.Users}
 	for _, b := range f.Buckets {
 		cf.Buckets[b.Name] = b.Settings
-	}
-	if f.Users != nil {
-		raw, err := json.Marshal(f.Users)
-		if err != nil {
-			return err
-		}
-		cf.Users = raw
 	}
 	if err := cl.ReconcileFile(cf); err != nil {
 		return err

@@ -140,7 +140,7 @@ func TestClusterCatalog(t *testing.T) {
 	}
 	// The config file: its buckets exist on return, its users reach every node.
 	f := File{Node: n1.cat.Node(), Buckets: []Spec{{Name: "fromfile", Settings: set}},
-		Users: []UserSpec{{Name: "alice", Password: "pw", Buckets: []string{"app"}}}, ModTime: time.Now()}
+		Users: []UserSpec{{Name: "alice", Password: "pw", Buckets: []string{"app"}}}}
 	if err := n1.cat.ApplyFile(f, "config"); err != nil {
 		t.Fatal(err)
 	}

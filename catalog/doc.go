@@ -2,9 +2,10 @@
 // registry of buckets the server serves, loading them from the engine at
 // start, creating and deleting them, the persisted node throttle settings
 // (capacity and the defaults of new buckets), and the reconciliation of the
-// config file with run-time changes ("newer wins"). In a cluster it also
-// owns the link to etcd, where the catalog of every node lives, and each
-// bucket's share of the cluster-wide limits.
+// config file with run-time changes (a file edit wins where it changed
+// something). In a cluster it also owns the link to etcd, where the
+// catalog of every node lives, and each bucket's share of the cluster-wide
+// limits.
 //
 // A Bucket is one tenant as the rest of kvd sees it: its keyspace (an
 // engine.Bucket), its settings, its throttle gauge (a tenant.BucketThrottle),
@@ -25,9 +26,9 @@
 //     once, naming who made it. In a cluster "persisted" means written to
 //     etcd first, then to the local engine.
 //   - The config file wins only where it changed: ApplyFile compares the
-//     file with what was applied from it last time (persisted in the engine
-//     under "config_applied", or in etcd under "file" in a cluster), so an
-//     edit made while kvd was stopped wins over an older run-time change,
+//     file with what was applied from it last time (persisted in the
+//     engine under "config_applied", or in etcd under "files/<node>" in a
+//     cluster), so an edit made while kvd was stopped wins over an older run-time change,
 //     and a run-time change wins over a file value that did not change
 //     since (a deletion too: a bucket the file lists that was deleted stays
 //     deleted while its entry is unchanged).
@@ -58,12 +59,15 @@
 // first (applyIncarnationLocked). Users come
 // from etcd too: the Observer's UsersChanged hands them to the server.
 //
-// The config file meets etcd item by item (reconcileFile): an item no file
-// ever applied is seeded if etcd lacks it; a value that differs from what
-// a file last applied, in a file newer (mtime) than that one, overwrites
-// etcd; otherwise etcd's value (a run-time change, or an older node's
-// seed) stays. Every node may start with the same file; an old file on a
-// restarted node does not revert the cluster.
+// Each node's config file meets etcd item by item (reconcileFile,
+// etcd_file.go), compared with what that node's file said when it last
+// applied it (files/<node>), as a single node compares with
+// "config_applied": an item the file edited since goes to etcd (the
+// fields it changed, over run-time changes); an item the file never named
+// is seeded only if etcd lacks it; an unchanged item, or a value another
+// node's file already applied, leaves etcd as it is. Nodes may run with
+// the same file or different ones; a restarted node's unchanged file, or a
+// joining node's older one, reverts nothing.
 //
 // Cluster-wide limits. A bucket's reserved and hard_limit are totals for
 // the cluster; node capacity stays per node. Each throttle tick the server

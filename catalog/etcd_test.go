@@ -257,15 +257,15 @@ func TestClusterWatchCompacted(t *testing.T) {
 	})
 }
 
+// TestClusterReconcileFile: one node's file against etcd, edit by edit.
 func TestClusterReconcileFile(t *testing.T) {
 	srv := etcdtest.Start(t)
-	n1, n2 := startNode(t, srv, "n1"), startNode(t, srv, "n2")
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	file := func(reserved int64, mod time.Time) ClusterFile {
+	n1, n2, n3 := startNode(t, srv, "n1"), startNode(t, srv, "n2"), startNode(t, srv, "n3")
+	file := func(reserved int64) ClusterFile {
 		return ClusterFile{
 			Node:    nodeSettings{Capacity: 25000, DefaultReserved: 1666, DefaultHardLimit: tenant.Unlimited},
 			Buckets: map[string]tenant.Settings{"app": {Reserved: reserved, HardLimit: 8000}, "default": {Reserved: 1666, HardLimit: tenant.Unlimited}},
-			Users:   json.RawMessage(`[]`), ModTime: mod,
+			Users:   []UserSpec{},
 		}
 	}
 	appRes := func(n *testNode) int64 { s, _ := n.fake.bucket("app"); return s.Reserved }
@@ -276,49 +276,55 @@ func TestClusterReconcileFile(t *testing.T) {
 				func() bool { return appRes(n) == want })
 		}
 	}
-	if err := n1.ReconcileFile(file(5000, t0)); err != nil {
-		t.Fatal(err)
+	reconcile := func(n *testNode, f ClusterFile) {
+		t.Helper()
+		if err := n.ReconcileFile(f); err != nil {
+			t.Fatal(err)
+		}
 	}
+	reconcile(n1, file(5000))
 	check("seeded", 5000)
 	if err := n1.setBucketSettings(bg, "app", tenant.Settings{Reserved: 100, HardLimit: 8000}); err != nil {
 		t.Fatal(err)
 	}
 	check("run-time change", 100)
-	// n2 starts with the same file: the run-time change stays.
-	if err := n2.ReconcileFile(file(5000, t0)); err != nil {
-		t.Fatal(err)
-	}
-	// An older file with another value does not revert the cluster.
-	if err := n2.ReconcileFile(file(7000, t0.Add(-time.Hour))); err != nil {
-		t.Fatal(err)
-	}
+	// n2 starts with the same file, n3 with another value: neither is an
+	// edit of their own file, so the run-time change stays; nor is a
+	// restart with the file unchanged.
+	reconcile(n2, file(5000))
+	reconcile(n3, file(7000))
+	reconcile(n1, file(5000))
 	time.Sleep(300 * time.Millisecond)
-	check("same or older file", 100)
-	// A newer edit wins.
-	if err := n2.ReconcileFile(file(6000, t0.Add(time.Hour))); err != nil {
-		t.Fatal(err)
-	}
-	check("newer file edit", 6000)
-	// A run-time change of another field, then a newer edit of reserved
-	// alone: the edit takes reserved only.
+	check("same or different file, not edited", 100)
+	// An edit of n3's file wins.
+	reconcile(n3, file(6000))
+	check("an edit of n3's file", 6000)
+	// The same edit pushed to n1 and n2 as well applies no more: a
+	// run-time change made between the pushes stays.
+	reconcile(n1, file(6000))
 	if err := n1.setBucketSettings(bg, "app", tenant.Settings{Reserved: 6000, HardLimit: 9000, MaxConcurrent: 4}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Second, "run-time hard limit", func() bool { s, _ := n2.fake.bucket("app"); return s.HardLimit == 9000 })
-	if err := n2.ReconcileFile(file(6500, t0.Add(90*time.Minute))); err != nil {
-		t.Fatal(err)
+	reconcile(n2, file(6000))
+	time.Sleep(300 * time.Millisecond)
+	if s, _ := n2.fake.bucket("app"); s.HardLimit != 9000 {
+		t.Fatalf("an edit another node's file had applied, applied again: %+v", s)
 	}
-	check("newer edit of reserved", 6500)
+	// An edit of reserved alone takes reserved only.
+	reconcile(n2, file(6500))
+	check("an edit of reserved", 6500)
 	if s, _ := n1.fake.bucket("app"); s.HardLimit != 9000 || s.MaxConcurrent != 4 {
 		t.Fatalf("an edit of reserved reverted the run-time hard limit and queue: %+v", s)
 	}
-	// A bucket deleted at run time stays deleted while its entry is unchanged.
+	// A bucket deleted at run time stays deleted while its entry is
+	// unchanged, and a node joining with the file the others run does not
+	// bring it back.
 	if err := n1.deleteBucket(bg, "default"); err != nil {
 		t.Fatal(err)
 	}
-	if err := n1.ReconcileFile(file(6500, t0.Add(2*time.Hour))); err != nil {
-		t.Fatal(err)
-	}
+	reconcile(n1, file(6000))
+	reconcile(startNode(t, srv, "n4"), file(6500))
 	time.Sleep(300 * time.Millisecond)
 	if _, ok := n2.fake.bucket("default"); ok {
 		t.Fatal("bucket deleted at run time came back from an unchanged file entry")
@@ -328,6 +334,62 @@ func TestClusterReconcileFile(t *testing.T) {
 	if !n1.fake.haveCap || n1.fake.node.Capacity != 25000 || n1.fake.users != "[]" {
 		t.Fatalf("node/users seeded: %+v cap %v users %q", n1.fake.node, n1.fake.haveCap, n1.fake.users)
 	}
+}
+
+// TestClusterDifferentFiles: nodes whose files differ apply only their own
+// files' edits. Before records were per node, saving either file re-applied
+// every item in which it differed from the other: run-time limits reverted,
+// the other file's users deleted.
+func TestClusterDifferentFiles(t *testing.T) {
+	srv := etcdtest.Start(t)
+	n1, n2 := startNode(t, srv, "n1"), startNode(t, srv, "n2")
+	node := nodeSettings{Capacity: 25000, DefaultReserved: 100, DefaultHardLimit: tenant.Unlimited}
+	alice := UserSpec{Name: "alice", Password: "a1", Buckets: []string{"x"}}
+	bob := UserSpec{Name: "bob", Password: "b1"}
+	f1 := ClusterFile{Node: node, Buckets: map[string]tenant.Settings{"x": {Reserved: 100, HardLimit: 1000}}, Users: []UserSpec{alice}}
+	f2 := ClusterFile{Node: node, Buckets: map[string]tenant.Settings{"x": {Reserved: 200, HardLimit: 2000}}, Users: []UserSpec{bob}}
+	reconcile := func(n *testNode, f ClusterFile) {
+		t.Helper()
+		if err := n.ReconcileFile(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	users := func(want string) {
+		t.Helper()
+		eventually(t, 2*time.Second, "users "+want, func() bool {
+			n2.fake.mu.Lock()
+			defer n2.fake.mu.Unlock()
+			return n2.fake.users == want
+		})
+	}
+	x := func(want tenant.Settings) {
+		t.Helper()
+		eventually(t, 2*time.Second, fmt.Sprintf("x %+v", want), func() bool { s, _ := n2.fake.bucket("x"); return s == want })
+	}
+	reconcile(n1, f1)
+	reconcile(n2, f2)
+	x(tenant.Settings{Reserved: 100, HardLimit: 1000})
+	users(`[{"name":"alice","password":"a1","buckets":["x"]},{"name":"bob","password":"b1"}]`)
+	if err := n1.setBucketSettings(bg, "x", tenant.Settings{Reserved: 100, HardLimit: 9000}); err != nil {
+		t.Fatal(err)
+	}
+	x(tenant.Settings{Reserved: 100, HardLimit: 9000})
+	// n1's file gains a bucket; n2's file is saved unchanged: nothing else moves.
+	f1.Buckets["y"] = tenant.Settings{Reserved: 10, HardLimit: 20}
+	reconcile(n1, f1)
+	reconcile(n2, f2)
+	eventually(t, 2*time.Second, "y", func() bool { _, ok := n2.fake.bucket("y"); return ok })
+	time.Sleep(300 * time.Millisecond)
+	x(tenant.Settings{Reserved: 100, HardLimit: 9000})
+	users(`[{"name":"alice","password":"a1","buckets":["x"]},{"name":"bob","password":"b1"}]`)
+	// n2's file drops bob and edits x's reserved; n1's rotates alice's password.
+	f2.Users = []UserSpec{}
+	f2.Buckets["x"] = tenant.Settings{Reserved: 300, HardLimit: 2000}
+	reconcile(n2, f2)
+	f1.Users = []UserSpec{{Name: "alice", Password: "a2", Buckets: []string{"x"}}}
+	reconcile(n1, f1)
+	x(tenant.Settings{Reserved: 300, HardLimit: 9000})
+	users(`[{"name":"alice","password":"a2","buckets":["x"]}]`)
 }
 
 // tickAll ticks every node once with its demand for bucket "app" (cluster

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"time"
 
 	"kvd/engine"
 	"kvd/tenant"
@@ -24,9 +23,6 @@ type File struct {
 	// file names none); a single node ignores them (the server keeps its
 	// users itself).
 	Users []UserSpec
-	// ModTime is the file's modification time: in a cluster, the newer of
-	// a file edit and the cluster's state wins.
-	ModTime time.Time
 }
 
 // Spec is a bucket the config file names, with its settings.

@@ -6,12 +6,11 @@ import (
 )
 
 // catalogFile is what the options say about the catalog: node throttle
-// settings, the configured buckets, and (for a cluster) the users and the
-// file's modification time.
+// settings, the configured buckets, and (for a cluster) the users.
 func catalogFile(o *Options) catalog.File {
 	f := catalog.File{Node: tenant.NodeSettings{Capacity: o.NodeCapacity,
 		DefaultReserved: o.DefaultSettings.Reserved, DefaultHardLimit: o.DefaultSettings.HardLimit},
-		Users: o.Users, ModTime: o.ConfigModTime}
+		Users: o.Users}
 	for _, b := range o.Buckets {
 		f.Buckets = append(f.Buckets, catalog.Spec{Name: b.Name, Settings: b.Settings})
 	}

@@ -204,6 +204,20 @@ func TestConfigEditConflictingWithRunTime(t *testing.T) {
 	waitFor(t, 5*time.Second, "the start's log line refusing the edit", func() bool {
 		return strings.Contains(k.Log(), "stored settings kept") // the log comes through a pipe
 	})
+	// The edit, saved again, is refused again; once a run-time change lifts
+	// the conflict, the watcher's next try applies it, with no further save.
+	refused := strings.Count(k.Log(), "running config kept")
+	if err := os.WriteFile(k.Config, []byte(edited+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the saved edit refused again", func() bool {
+		return strings.Count(k.Log(), "running config kept") > refused
+	})
+	c.expectStatus("0x2a app", reqWith(mc.OpSetBucketThrottle, 1, nil, "app", `{"reserved":100,"hard_limit":10000}`), mc.StatusOK)
+	waitFor(t, 15*time.Second, "the edit applied by a retry", func() bool {
+		r, h := c.bucketStat("app").limits()
+		return statOf(c, "throttle", "capacity") == "12345" && r == "5000" && h == "10000"
+	})
 }
 
 // TestMetricsAgreeWithStats checks the per-bucket Prometheus counters

@@ -16,11 +16,19 @@ const watchPeriod = 2 * time.Second
 
 // watcher re-reads the config file when it changes and hands it to the
 // server. An invalid edit is logged in one line that names the field and
-// ignored: the running config stays.
+// ignored: the running config stays. An edit the server could not apply
+// (etcd unreachable, a conflict with run-time settings) is tried again,
+// after 2 s, then twice as long each time up to maxRetry, until it applies
+// or the file changes; a failure is logged again only when its reason
+// changes.
 type watcher struct {
 	path    string
 	last    []byte
-	misses  int // consecutive checks that could not read the file
+	misses  int           // consecutive checks that could not read the file
+	pending []byte        // an edit Reconfigure refused, tried again at retryAt
+	retryAt time.Time     //
+	backoff time.Duration // the wait before the next try of pending
+	lastErr string        // why pending was refused last
 	listen  string
 	dataDir string
 	srv     *server.Server
@@ -81,9 +89,17 @@ func (w *watcher) run() {
 	}
 }
 
+// maxRetry bounds the wait between tries of an edit the server refused.
+const maxRetry = time.Minute
+
 func (w *watcher) check() {
-	data, ok := w.changed()
-	if !ok {
+	data, edited := w.changed()
+	switch {
+	case edited:
+		w.pending, w.backoff, w.lastErr = nil, 0, ""
+	case w.pending != nil && !time.Now().Before(w.retryAt):
+		data = w.pending
+	default:
 		return
 	}
 	cfg, err := config.Parse(data)
@@ -95,14 +111,18 @@ func (w *watcher) check() {
 		return
 	}
 	opts := serverOptions(cfg, w.listen, w.dataDir, w.log)
-	if fi, err := os.Stat(w.path); err == nil {
-		opts.ConfigModTime = fi.ModTime()
-	}
 	needRestart, err := w.srv.Reconfigure(opts)
 	if err != nil {
-		w.log.Error("config edit rejected, running config kept", "file", w.path, "err", err)
+		w.backoff = min(max(2*w.backoff, watchPeriod), maxRetry)
+		w.pending, w.retryAt = data, time.Now().Add(w.backoff)
+		if err.Error() != w.lastErr {
+			w.log.Error("config edit rejected, running config kept", "file", w.path, "err", err,
+				"retry_in", w.backoff.String())
+		}
+		w.lastErr = err.Error()
 		return
 	}
+	w.pending = nil
 	w.log.Info("config reloaded", "file", w.path)
 	if len(needRestart) > 0 {
 		w.log.Warn("config edits that take effect only after a restart", "settings", needRestart)

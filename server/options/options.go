@@ -120,9 +120,6 @@ type Options struct {
 	// settings, node defaults and users live there, and a bucket's limits
 	// are cluster-wide totals. Nil (the default): a single node.
 	Cluster *ClusterOptions
-	// ConfigModTime is the config file's modification time; in a cluster
-	// the newer of a file edit and the cluster's state wins.
-	ConfigModTime time.Time
 }
 
 // EnsureDefaults fills zero (or negative) fields with their defaults.
