@@ -40,6 +40,8 @@ var (
 	errCompacted = errors.New("catalog: watch revision compacted")
 	// errWatchClosed ends a watch etcd closed while the node still runs.
 	errWatchClosed = errors.New("catalog: etcd closed the watch")
+	// errNewLife ends a watch on an etcd whose life token changed.
+	errNewLife = errors.New("catalog: etcd's life token changed")
 )
 
 // Options configure Open.
@@ -107,12 +109,14 @@ type Catalog struct {
 
 	mu sync.Mutex // serializes mutations (create, delete, settings, reload, etcd's changes)
 
-	cl     atomic.Pointer[Cluster] // nil on a single node
-	member bool                    // guarded by mu: this node had joined its cluster before
-	etcdID uint64                  // guarded by mu: the etcd cluster it follows (followEtcd); 0 unknown
-	toSeed []string                // guarded by mu: local buckets etcd lacked at the first join
-	incs   map[string]int64        // guarded by mu: cluster incarnations read or recorded (applyIncarnationLocked)
-	ticker clusterTicker           // owned by TickCluster's goroutine
+	cl       atomic.Pointer[Cluster] // nil on a single node
+	member   bool                    // guarded by mu: this node had joined its cluster before
+	life     uint64                  // guarded by mu: the etcd life it follows (followEtcd); 0 unknown
+	legacyID uint64                  // guarded by mu: the etcd cluster ID an older member marker recorded
+	marked   bool                    // guarded by mu: the member marker names life
+	toSeed   []string                // guarded by mu: local buckets etcd lacked at the first join
+	incs     map[string]int64        // guarded by mu: cluster incarnations read or recorded (applyIncarnationLocked)
+	ticker   clusterTicker           // owned by TickCluster's goroutine
 }
 
 // Open loads the persisted node settings and every bucket the engine has.

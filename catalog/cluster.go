@@ -107,11 +107,14 @@ type applier interface {
 	applyClusterBucket(name string, b clusterBucket) error
 	// removeClusterBucket deletes the bucket (a no-op if absent).
 	removeClusterBucket(name string) error
-	// followEtcd is told, before each catch-up, the ID of the etcd cluster
-	// it reads.
-	followEtcd(id uint64)
+	// followEtcd is told, before each catch-up, the life of the etcd it
+	// reads (see keyspace) and etcd's cluster ID.
+	followEtcd(life, clusterID uint64)
 	// syncClusterBuckets is a catch-up: all is every bucket etcd has.
 	syncClusterBuckets(all map[string]clusterBucket) error
+	// seedCluster ends a catch-up: a node new to this etcd life writes the
+	// buckets only it has into etcd.
+	seedCluster(cl *Cluster) error
 	// applyClusterNode applies node settings; haveCapacity is false when
 	// etcd holds no capacity for this node (keep the local one).
 	applyClusterNode(n nodeSettings, haveCapacity bool) error
@@ -144,9 +147,11 @@ type Cluster struct {
 	apply applier
 	log   *slog.Logger
 
-	lastAnswer atomic.Int64 // UnixNano of the report etcd last acknowledged
-	applied    atomic.Int64 // the etcd revision the applier has caught up with
-	pub        chan report  // to the publisher, latest wins (capacity 1)
+	life       atomic.Uint64 // the etcd life token the catalog follows (ensureLife)
+	newLife    chan struct{} // the publisher found another life token: catch up (capacity 1)
+	lastAnswer atomic.Int64  // UnixNano of the report etcd last acknowledged
+	applied    atomic.Int64  // the etcd revision the applier has caught up with
+	pub        chan report   // to the publisher, latest wins (capacity 1)
 
 	viewMu sync.Mutex
 	view   clusterView // guarded by viewMu
@@ -189,7 +194,7 @@ func openCluster(now time.Time, opts ClusterOptions, a applier) (*Cluster, error
 		return nil, fmt.Errorf("catalog: etcd client: %w", err)
 	}
 	c := &Cluster{opts: opts, cli: cli, keys: newKeyspace(opts.Cluster), apply: a, log: opts.Logger,
-		pub: make(chan report, 1), view: newClusterView(), lastShares: map[string]Share{},
+		pub: make(chan report, 1), newLife: make(chan struct{}, 1), view: newClusterView(), lastShares: map[string]Share{},
 		link: link{grace: 2 * opts.PublishPeriod, ttl: opts.LeaseTTL}}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.DialTimeout)
 	rev, err := c.catchUp(ctx)
@@ -201,6 +206,10 @@ func openCluster(now time.Time, opts ClusterOptions, a applier) (*Cluster, error
 	if err := c.claimName(now); err != nil {
 		cli.Close()
 		return nil, err
+	}
+	if err := a.seedCluster(c); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("catalog: seed cluster %q: %w", opts.Cluster, err)
 	}
 	c.lastAnswer.Store(now.UnixNano())
 	ctx, c.cancel = context.WithCancel(context.Background())

@@ -21,43 +21,76 @@ import (
 
 // memberMetaKey marks, in the engine's metadata, that this node has joined
 // the named cluster before: from then on etcd wins over the local buckets.
-// Its value is the cluster's name, then "@" and the ID of the etcd cluster
-// it followed in hex (markers written before the ID was recorded have the
-// name alone).
+// Its value is the cluster's name, then "#" and the life of the etcd it
+// followed in hex (the token under the key life, see keyspace). Markers
+// written before lives have "@" and etcd's cluster ID instead, or the name
+// alone.
 const memberMetaKey = "cluster_member"
 
-// memberMarker is memberMetaKey's value for cluster on the etcd cluster id.
-func memberMarker(cluster string, id uint64) []byte {
-	return []byte(cluster + "@" + strconv.FormatUint(id, 16))
+// memberMarker is memberMetaKey's value for cluster on the etcd life.
+func memberMarker(cluster string, life uint64) []byte {
+	return []byte(cluster + "#" + strconv.FormatUint(life, 16))
 }
 
-// parseMemberMarker splits a memberMetaKey value; id is 0 when the marker
-// has none.
-func parseMemberMarker(raw []byte) (cluster string, id uint64) {
-	name, hex, ok := strings.Cut(string(raw), "@")
-	if !ok {
-		return name, 0
+// parseMemberMarker splits a memberMetaKey value: the etcd life it
+// records, or (legacy) the etcd cluster ID; both 0 when it has neither.
+func parseMemberMarker(raw []byte) (cluster string, life, legacyID uint64) {
+	if name, hex, ok := strings.Cut(string(raw), "#"); ok {
+		life, _ = strconv.ParseUint(hex, 16, 64)
+		return name, life, 0
 	}
-	id, _ = strconv.ParseUint(hex, 16, 64)
-	return name, id
+	name, hex, _ := strings.Cut(string(raw), "@")
+	legacyID, _ = strconv.ParseUint(hex, 16, 64)
+	return name, 0, legacyID
 }
 
-// followEtcd implements applier. A node that was a member of a cluster on
-// another etcd (etcd lost its data and was rebuilt, or was replaced) is
-// treated as joining for the first time: its buckets are seeded into this
-// etcd instead of being deleted because it lacks them.
-func (c *Catalog) followEtcd(id uint64) {
+// followEtcd implements applier. A node that was a member of the cluster
+// in another life of etcd (etcd lost its data and was rebuilt, was
+// replaced, or was restored from a backup) is treated as joining for the
+// first time: its buckets are seeded into this etcd instead of being
+// deleted because it lacks them.
+func (c *Catalog) followEtcd(life, clusterID uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.member && c.etcdID != 0 && id != 0 && id != c.etcdID {
-		c.log.Warn("cluster: etcd is not the etcd this node followed (its data was lost or it was replaced): this node's buckets are seeded into it, not deleted",
-			"etcd_cluster_id", strconv.FormatUint(id, 16), "followed", strconv.FormatUint(c.etcdID, 16))
+	same := life == c.life || (c.life == 0 && (c.legacyID == 0 || c.legacyID == clusterID))
+	if c.member && !same {
+		c.log.Warn("cluster: etcd is not the etcd this node followed (its data was lost, or it was replaced or restored): this node's buckets are seeded into it, not deleted",
+			"etcd_life", strconv.FormatUint(life, 16), "followed", strconv.FormatUint(c.life, 16))
 		c.member = false
 	}
-	if id != c.etcdID {
-		clear(c.incs) // incarnations are revisions of the etcd they were read from
+	if life != c.life {
+		clear(c.incs) // incarnations are revisions of the etcd life they were read from
+		c.life, c.marked = life, false
 	}
-	c.etcdID = id
+}
+
+// seedCluster implements applier: after a catch-up, a node that is not
+// (or no longer) a member of this etcd life seeds etcd with the buckets
+// only it has, then records itself a member.
+func (c *Catalog) seedCluster(cl *Cluster) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.member && c.marked {
+		return nil
+	}
+	for _, name := range c.toSeed {
+		if b, ok := c.Get(name); ok {
+			if err := cl.createBucket(context.Background(), name, b.Settings()); err != nil &&
+				!errors.Is(err, ErrClusterBucketExists) {
+				return err
+			}
+			c.log.Info("bucket seeded into the cluster", "bucket", name)
+		}
+	}
+	c.toSeed = nil
+	if err := c.db.PutMeta(memberMetaKey, memberMarker(cl.opts.Cluster, c.life)); err != nil {
+		return err
+	}
+	c.member, c.marked = true, true
+	if c.cl.Load() != nil { // not at the join: join applies the limits once the link is stored
+		c.reapplyLimitsLocked()
+	}
+	return nil
 }
 
 // clusterWho names changes that came from etcd in the log.
@@ -86,32 +119,17 @@ func (c *Catalog) join(now time.Time, o ClusterOptions) error {
 	}
 	o.EnsureDefaults()
 	c.mu.Lock()
-	name, id := parseMemberMarker(raw)
-	c.member, c.etcdID = err == nil && name == o.Cluster, id
+	name, life, legacyID := parseMemberMarker(raw)
+	c.member = err == nil && name == o.Cluster
+	c.life, c.legacyID, c.marked = life, legacyID, life != 0
 	c.mu.Unlock()
-	cl, err := openCluster(now, o, c)
+	cl, err := openCluster(now, o, c) // its catch-up seeds etcd (seedCluster)
 	if err != nil {
 		return err
 	}
 	c.cl.Store(cl)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, name := range c.toSeed {
-		if b, ok := c.Get(name); ok {
-			if err := cl.createBucket(context.Background(), name, b.Settings()); err != nil &&
-				!errors.Is(err, ErrClusterBucketExists) {
-				_ = cl.Close()
-				return err
-			}
-			c.log.Info("bucket seeded into the cluster", "bucket", name)
-		}
-	}
-	c.toSeed = nil
-	if err := c.db.PutMeta(memberMetaKey, memberMarker(o.Cluster, c.etcdID)); err != nil {
-		_ = cl.Close()
-		return err
-	}
-	c.member = true
 	c.reapplyLimitsLocked()
 	return nil
 }
@@ -181,7 +199,7 @@ func (c *Catalog) applyIncarnationLocked(name string, cb clusterBucket) error {
 	if cb.inc == 0 || cb.inc == have {
 		return nil
 	}
-	if err := c.db.PutMeta(incMetaPrefix+name, fmt.Appendf(nil, "%x:%d", c.etcdID, cb.inc)); err != nil {
+	if err := c.db.PutMeta(incMetaPrefix+name, fmt.Appendf(nil, "%x:%d", c.life, cb.inc)); err != nil {
 		return err
 	}
 	c.incs[name] = cb.inc
@@ -190,7 +208,7 @@ func (c *Catalog) applyIncarnationLocked(name string, cb clusterBucket) error {
 
 // incMetaPrefix + a bucket's name is the engine meta key of the cluster
 // incarnation this node follows for it (applyIncarnationLocked), stored as
-// "<etcd cluster ID in hex>:<revision>".
+// "<etcd life in hex>:<revision>".
 const incMetaPrefix = "cluster_incarnation/"
 
 // incarnationLocked returns the incarnation recorded for bucket name (0:
@@ -213,8 +231,8 @@ func (c *Catalog) incarnationLocked(name string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("catalog: meta %s: %q", key, raw)
 	}
-	if etcd != strconv.FormatUint(c.etcdID, 16) {
-		v = 0 // a revision of another etcd says nothing about this one's
+	if etcd != strconv.FormatUint(c.life, 16) {
+		v = 0 // a revision of another etcd life says nothing about this one's
 	}
 	c.incs[name] = v
 	return v, nil

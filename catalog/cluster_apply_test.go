@@ -279,3 +279,90 @@ func TestClusterNewEtcdSeededNotWiped(t *testing.T) {
 		t.Fatal("a bucket deleted in the new etcd while n1 was away came back")
 	}
 }
+
+// TestClusterEtcdWipedWhileRunning: etcd loses its data and comes back on
+// the same address with the same cluster ID, its revisions starting over,
+// while the nodes run. The nodes notice (the life token they publish
+// against is gone), seed their buckets into it, data kept, and follow it
+// again. Before, their watches waited for revisions the new etcd had not
+// reached, and a restarted node deleted every bucket it lacked.
+func TestClusterEtcdWipedWhileRunning(t *testing.T) {
+	srv := etcdtest.Start(t)
+	n1 := openClusterNode(t, srv, t.TempDir(), "n1")
+	n2 := openClusterNode(t, srv, t.TempDir(), "n2")
+	if _, err := n1.cat.Create("keep", tenant.Settings{Reserved: 10, HardLimit: 100}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := n1.cat.Get("keep")
+	if _, err := b.Store().Store(engine.ModeSet, []byte("k"), []byte("v"), 0, 0, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "keep on n2", func() bool { return has(n2.cat, "keep") })
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the server's housekeeping: TickCluster publishes
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+				n1.cat.TickCluster(time.Now())
+				n2.cat.TickCluster(time.Now())
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	if err := srv.Wipe(); err != nil {
+		t.Fatal(err)
+	}
+	// n3 joins the new etcd: the buckets the running nodes seeded reach it.
+	var n3 *clusterNode
+	eventually(t, 15*time.Second, "keep seeded into the wiped etcd", func() bool {
+		if n3 == nil {
+			n3 = openClusterNode(t, srv, t.TempDir(), "n3")
+		}
+		return has(n3.cat, "keep")
+	})
+	b, _ = n1.cat.Get("keep")
+	if it, err := b.Store().Get([]byte("k"), 1, nil); err != nil || string(it.Value) != "v" {
+		t.Fatalf("GET k on n1: %v %q, want the data kept", err, it.Value)
+	}
+	// The watches follow the new etcd.
+	if _, err := n3.cat.Create("after", tenant.Settings{Reserved: 10, HardLimit: 100}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "a bucket made on the new etcd reaches n1 and n2", func() bool {
+		return has(n1.cat, "after") && has(n2.cat, "after")
+	})
+	if err := n3.cat.Delete("keep", "test"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "a deletion on the new etcd reaches n1 and n2", func() bool {
+		return !has(n1.cat, "keep") && !has(n2.cat, "keep")
+	})
+}
+
+// TestClusterEtcdWipedWhileDown: etcd loses its data while a node is
+// down and comes back with the same cluster ID; the node, restarted, keeps
+// its buckets and seeds them (before life tokens it deleted them: its
+// marker named the same cluster ID).
+func TestClusterEtcdWipedWhileDown(t *testing.T) {
+	srv := etcdtest.Start(t)
+	n1 := openClusterNode(t, srv, t.TempDir(), "n1")
+	if _, err := n1.cat.Create("keep", tenant.Settings{Reserved: 10, HardLimit: 100}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	n1.close(t)
+	if err := srv.Wipe(); err != nil {
+		t.Fatal(err)
+	}
+	n1 = openClusterNode(t, srv, n1.dir, "n1")
+	if !has(n1.cat, "keep") {
+		t.Fatal("the bucket was deleted because the wiped etcd lacked it")
+	}
+	if n2 := openClusterNode(t, srv, t.TempDir(), "n2"); !has(n2.cat, "keep") {
+		t.Fatal("the bucket was not seeded into the wiped etcd")
+	}
+}

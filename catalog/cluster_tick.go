@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -212,10 +213,17 @@ func (c *Cluster) publish(ctx context.Context, r report) error {
 		return err
 	}
 	lease := clientv3.WithLease(c.lease)
-	_, err := c.cli.Txn(ctx).Then(
+	life := strconv.FormatUint(c.life.Load(), 16)
+	resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(c.keys.life()), "=", life)).Then(
 		clientv3.OpPut(c.keys.member(c.opts.NodeName), string(r.member), lease),
 		clientv3.OpPut(c.keys.usage(c.opts.NodeName), string(r.usage), lease),
 	).Commit()
+	if err == nil && !resp.Succeeded { // etcd lost its data, or was replaced: the watch catches up first
+		select {
+		case c.newLife <- struct{}{}:
+		default:
+		}
+	}
 	return err
 }
 

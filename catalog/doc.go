@@ -56,8 +56,15 @@
 // deleted and created again meanwhile is told apart by its incarnation,
 // the create revision of its etcd key, which the node records per bucket
 // ("cluster_incarnation/<name>"): a different one drops the local data
-// first (applyIncarnationLocked). Users come
-// from etcd too: the Observer's UsersChanged hands them to the server.
+// first (applyIncarnationLocked). An etcd that lost its data (on the same
+// address, perhaps with the same cluster ID and its revisions starting
+// over) or was replaced is told apart by its life token (key life: random,
+// made by the first node to find none); the member marker records the
+// token the node follows, and a node that finds another, at start or
+// through its heartbeat's compare while running (errNewLife), catches up
+// as a first join: it seeds, it does not delete (followEtcd, seedCluster).
+// Users come from etcd too: the Observer's UsersChanged hands them to the
+// server.
 //
 // Each node's config file meets etcd item by item (reconcileFile,
 // etcd_file.go), compared with what that node's file said when it last

@@ -23,6 +23,9 @@ import (
 //	users             the users document: []UserSpec JSON
 //	files/<node>      fileRecord: what the node's config file said when it last applied it
 //	file              legacyFileRecord: the one record of every node's file, before files/
+//	life              a random token (hex), created with the first catalog in
+//	                  this etcd: a node that finds another, or none, knows
+//	                  etcd lost its data, or was replaced or restored
 //	members/<node>    memberInfo JSON, under the node's lease
 //	usage/<node>      usageReport JSON, under the node's lease
 type keyspace struct{ root string }
@@ -35,6 +38,7 @@ func (k keyspace) node() string                  { return k.root + "node" }
 func (k keyspace) capacityPrefix() string        { return k.root + "capacity/" }
 func (k keyspace) capacity(node string) string   { return k.capacityPrefix() + node }
 func (k keyspace) users() string                 { return k.root + "users" }
+func (k keyspace) life() string                  { return k.root + "life" }
 func (k keyspace) legacyFile() string            { return k.root + "file" }
 func (k keyspace) fileRecordPrefix() string      { return k.root + "files/" }
 func (k keyspace) fileRecord(node string) string { return k.fileRecordPrefix() + node }

@@ -45,7 +45,9 @@ func (f *fakeApplier) removeClusterBucket(name string) error {
 	return nil
 }
 
-func (f *fakeApplier) followEtcd(uint64) {}
+func (f *fakeApplier) followEtcd(uint64, uint64) {}
+
+func (f *fakeApplier) seedCluster(*Cluster) error { return nil }
 
 func (f *fakeApplier) syncClusterBuckets(all map[string]clusterBucket) error {
 	f.mu.Lock()

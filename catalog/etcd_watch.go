@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -63,6 +64,10 @@ func (c *Cluster) catchUp(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	life, err := c.ensureLife(ctx, st)
+	if err != nil {
+		return 0, err
+	}
 	buckets := map[string]clusterBucket{}
 	c.viewMu.Lock()
 	c.view = newClusterView()
@@ -83,7 +88,7 @@ func (c *Cluster) catchUp(ctx context.Context) (int64, error) {
 		}
 		errs = append(errs, c.applyKey(key, kv, false))
 	}
-	c.apply.followEtcd(st.id)
+	c.apply.followEtcd(life, st.id)
 	errs = append(errs, c.apply.syncClusterBuckets(buckets), c.applyNodeFrom(st.kvs))
 	c.applied.Store(st.rev)
 	return st.rev, errors.Join(errs...)
@@ -185,6 +190,11 @@ func (c *Cluster) watchLoop(ctx context.Context, rev int64) {
 			next = c.catchUpUntilDone(ctx) + 1
 			continue
 		}
+		if errors.Is(err, errNewLife) {
+			c.log.Warn("cluster: etcd's life token changed or vanished (etcd lost its data, or was replaced or restored); reading the whole catalog again")
+			next = c.catchUpUntilDone(ctx) + 1
+			continue
+		}
 		if err != nil && ctx.Err() == nil {
 			c.log.Warn("cluster: etcd watch failed; watching again", "err", err)
 			sleep(ctx, watchRetry)
@@ -192,11 +202,15 @@ func (c *Cluster) watchLoop(ctx context.Context, rev int64) {
 	}
 }
 
-// catchUpUntilDone retries catchUp until it reads, or ctx ends.
+// catchUpUntilDone retries catchUp until it reads, or ctx ends, then
+// seeds etcd if this node is new to its life.
 func (c *Cluster) catchUpUntilDone(ctx context.Context) int64 {
 	for {
 		rev, err := c.catchUp(ctx)
 		if rev != 0 || ctx.Err() != nil {
+			if rev != 0 {
+				err = errors.Join(err, c.apply.seedCluster(c))
+			}
 			if err != nil {
 				c.log.Error("cluster: applying the catalog read from etcd", "err", err)
 			}
@@ -212,7 +226,17 @@ func (c *Cluster) watchFrom(ctx context.Context, from int64) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := c.cli.Watch(clientv3.WithRequireLeader(ctx), c.keys.root, clientv3.WithPrefix(), clientv3.WithRev(from))
-	for resp := range wch {
+	for {
+		var resp clientv3.WatchResponse
+		var ok bool
+		select {
+		case resp, ok = <-wch:
+		case <-c.newLife: // the watch of a lost etcd would wait for revisions the new one may never reach
+			return from, errNewLife
+		}
+		if !ok {
+			break
+		}
 		if resp.CompactRevision != 0 {
 			return from, errCompacted
 		}
@@ -238,6 +262,38 @@ func (c *Cluster) watchFrom(ctx context.Context, from int64) (int64, error) {
 		return from, errWatchClosed
 	}
 	return from, ctx.Err()
+}
+
+// ensureLife returns the life token of the etcd st was read from, creating
+// it if etcd has none (a new cluster, or an etcd that lost its data).
+func (c *Cluster) ensureLife(ctx context.Context, st prefixState) (uint64, error) {
+	key := c.keys.life()
+	var raw string
+	if kv := st.kvs[key]; kv != nil {
+		raw = string(kv.Value)
+	} else {
+		raw = strconv.FormatUint(rand.Uint64()|1, 16)
+		ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+		resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, raw)).Else(clientv3.OpGet(key)).Commit()
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("catalog: create etcd's life token: %w", err)
+		}
+		if !resp.Succeeded { // another node made it first
+			kvs := resp.Responses[0].GetResponseRange().GetKvs()
+			if len(kvs) == 0 {
+				return 0, fmt.Errorf("catalog: etcd key %s vanished while it was created", key)
+			}
+			raw = string(kvs[0].Value)
+		}
+	}
+	life, err := strconv.ParseUint(raw, 16, 64)
+	if err != nil || life == 0 {
+		return 0, fmt.Errorf("catalog: etcd key %s: %q is not a life token", key, raw)
+	}
+	c.life.Store(life)
+	return life, nil
 }
 
 // reapplyNode reads the node defaults and this node's capacity together

@@ -125,6 +125,17 @@ func (s *Server) Stop() {
 	s.running = false
 }
 
+// Wipe kills the member, deletes its data and starts it again on the same
+// ports with the same flags: etcd as after a disk loss, with the same
+// cluster ID and its revisions starting over.
+func (s *Server) Wipe() error {
+	s.Stop()
+	if err := os.RemoveAll(filepath.Join(s.dir, "data")); err != nil {
+		return err
+	}
+	return s.Restart()
+}
+
 // Log returns what etcd printed so far (for failure messages).
 func (s *Server) Log() string {
 	s.logMu.Lock()
