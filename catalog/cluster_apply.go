@@ -381,14 +381,23 @@ const wantAll = int64(1) << 50
 // bucket that was refused units in the last refusedMemory ticks wants all
 // it can get (refusals count a parked connection once per tick, so usage
 // plus refusals would understate the wish of a throttled node, and a node
-// once squeezed would stay squeezed); any other wants what it used plus a
-// quarter, room to grow into before it is refused. Like the free-pool
-// demand of package tenant, but across nodes.
-func demandOf(usage int64, refused bool) int64 {
+// once squeezed would stay squeezed); any other wants what it used plus
+// room to grow into before it is refused: a quarter more, but no more than
+// 1/32 of the hard limit split among the nodes. That room is a part of the
+// hard limit that nobody uses while other nodes are refused, so it is kept
+// small: with a quarter, one node held to 750 units/s beside two refused
+// ones left 2,812 of 3,000 delivered (-6%); now about 2,969. A node that
+// outgrows its room is refused for a tick, and then wants all it can get.
+// Like the free-pool demand of package tenant, but across nodes.
+func demandOf(usage int64, refused bool, hard int64, nodes int) int64 {
 	if refused {
 		return wantAll
 	}
-	return usage + usage/4
+	room := usage / 4
+	if hard != tenant.Unlimited {
+		room = min(room, hard/int64(32*max(nodes, 1)))
+	}
+	return usage + room
 }
 
 // TickCluster is the cluster's part of a throttle tick (a no-op on a
@@ -408,6 +417,7 @@ func (c *Catalog) TickCluster(now time.Time) {
 	}
 	t.loads, t.bs = t.loads[:0], t.bs[:0]
 	seen := make(map[*Bucket]tickCounts, len(t.last))
+	nodes := cl.liveNodes()
 	for _, b := range c.All() {
 		st := b.thr.Stats()
 		cur := tickCounts{units: st.RU + st.WU, refused: st.Refused}
@@ -424,7 +434,7 @@ func (c *Catalog) TickCluster(now time.Time) {
 		set := b.Settings()
 		usage := cur.units - prev.units
 		t.loads = append(t.loads, Load{Bucket: b.name, Reserved: set.Reserved, HardLimit: set.HardLimit,
-			Usage: usage, Demand: demandOf(usage, cur.lastRefused < refusedMemory)})
+			Usage: usage, Demand: demandOf(usage, cur.lastRefused < refusedMemory, set.HardLimit, nodes)})
 		t.bs = append(t.bs, b)
 	}
 	t.last = seen
