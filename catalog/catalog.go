@@ -439,7 +439,7 @@ func (c *Catalog) SetNode(n tenant.NodeSettings, who string) error {
 	defer c.mu.Unlock()
 	if cl := c.cl.Load(); cl != nil {
 		if err := cl.setNode(context.Background(), n); err != nil {
-			return err
+			return engineErr(err)
 		}
 	}
 	return c.setNodeLocked(n, who)

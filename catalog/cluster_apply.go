@@ -142,6 +142,8 @@ func engineErr(err error) error {
 		return fmt.Errorf("%w: %w", engine.ErrBucketExists, err)
 	case errors.Is(err, ErrClusterNoBucket):
 		return fmt.Errorf("%w: %w", engine.ErrBucketNotFound, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w (etcd did not answer in time: while it is unreachable the cluster's catalog cannot change)", err)
 	}
 	return err
 }
