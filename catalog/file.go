@@ -66,8 +66,7 @@ var ErrFileConflict = errors.New("the file's changes conflict with the settings 
 // change keep their run-time settings; buckets missing from the file keep
 // their data; a bucket the file listed when last applied and that was
 // deleted at run time stays deleted unless the file's entry for it
-// changed since (as in a cluster: the newer change wins). who names the
-// change in the log.
+// changed since (as in a cluster). who names the change in the log.
 //
 // The whole file is checked before anything is written: an edit that is
 // invalid with the run-time settings (ErrFileConflict) applies nothing, and
