@@ -114,9 +114,14 @@ type Catalog struct {
 	life     uint64                  // guarded by mu: the etcd life it follows (followEtcd); 0 unknown
 	legacyID uint64                  // guarded by mu: the etcd cluster ID an older member marker recorded
 	marked   bool                    // guarded by mu: the member marker names life
-	toSeed   []string                // guarded by mu: local buckets etcd lacked at the first join
-	incs     map[string]int64        // guarded by mu: cluster incarnations read or recorded (applyIncarnationLocked)
-	ticker   clusterTicker           // owned by TickCluster's goroutine
+	// legacyMember: the node was a member before per-node file records
+	// (ClusterFile.Legacy); file: the config file last applied, for a new
+	// etcd life (seedCluster).
+	legacyMember atomic.Bool
+	file         atomic.Pointer[File]
+	toSeed       []string         // guarded by mu: local buckets etcd lacked at the first join
+	incs         map[string]int64 // guarded by mu: cluster incarnations read or recorded (applyIncarnationLocked)
+	ticker       clusterTicker    // owned by TickCluster's goroutine
 }
 
 // Open loads the persisted node settings and every bucket the engine has.

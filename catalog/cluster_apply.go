@@ -87,8 +87,17 @@ func (c *Catalog) seedCluster(cl *Cluster) error {
 		return err
 	}
 	c.member, c.marked = true, true
-	if c.cl.Load() != nil { // not at the join: join applies the limits once the link is stored
-		c.reapplyLimitsLocked()
+	if c.cl.Load() == nil {
+		return nil // the join: it applies the limits once the link is stored, and the server the file
+	}
+	c.reapplyLimitsLocked()
+	// A new etcd life lacks the node defaults, capacities, users and the
+	// files' records: this node's file seeds what it names (the changes
+	// come back through the watch, which is the caller: no waiting here).
+	if f := c.file.Load(); f != nil {
+		if err := cl.ReconcileFile(c.clusterFile(f)); err != nil {
+			return fmt.Errorf("the config file into the new etcd: %w", err)
+		}
 	}
 	return nil
 }
@@ -122,6 +131,7 @@ func (c *Catalog) join(now time.Time, o ClusterOptions) error {
 	name, life, legacyID := parseMemberMarker(raw)
 	c.member = err == nil && name == o.Cluster
 	c.life, c.legacyID, c.marked = life, legacyID, life != 0
+	c.legacyMember.Store(c.member && life == 0) // joined before life tokens and per-node file records
 	c.mu.Unlock()
 	cl, err := openCluster(now, o, c) // its catch-up seeds etcd (seedCluster)
 	if err != nil {
@@ -320,14 +330,21 @@ func (c *Catalog) applyClusterUsers(doc []byte) error {
 // (reconcileFile), then the call waits until the watch has applied what
 // etcd holds, so that the buckets the file seeded exist here on return.
 func (c *Catalog) applyFileToCluster(cl *Cluster, f File) error {
-	cf := ClusterFile{Node: f.Node, Buckets: make(map[string]tenant.Settings, len(f.Buckets)), Users: f.Users}
-	for _, b := range f.Buckets {
-		cf.Buckets[b.Name] = b.Settings
-	}
-	if err := cl.ReconcileFile(cf); err != nil {
+	c.file.Store(&f)
+	if err := cl.ReconcileFile(c.clusterFile(&f)); err != nil {
 		return err
 	}
 	return cl.waitApplied(context.Background())
+}
+
+// clusterFile is f as reconcileFile takes it.
+func (c *Catalog) clusterFile(f *File) ClusterFile {
+	cf := ClusterFile{Node: f.Node, Buckets: make(map[string]tenant.Settings, len(f.Buckets)), Users: f.Users,
+		Legacy: c.legacyMember.Load()}
+	for _, b := range f.Buckets {
+		cf.Buckets[b.Name] = b.Settings
+	}
+	return cf
 }
 
 // localLimits are the reserved and hard limit this node's gauge enforces

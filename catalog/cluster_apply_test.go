@@ -298,6 +298,16 @@ func TestClusterEtcdWipedWhileRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Second, "keep on n2", func() bool { return has(n2.cat, "keep") })
+	applyFile := func(n *clusterNode, keepHard int64, users ...UserSpec) {
+		t.Helper()
+		f := File{Node: n.cat.Node(), Users: users,
+			Buckets: []Spec{{Name: "keep", Settings: tenant.Settings{Reserved: 10, HardLimit: keepHard}}}}
+		if err := n.cat.ApplyFile(f, "config"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applyFile(n1, 100, UserSpec{Name: "alice", Password: "a"})
+	applyFile(n2, 100, UserSpec{Name: "bob", Password: "b"})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -329,6 +339,17 @@ func TestClusterEtcdWipedWhileRunning(t *testing.T) {
 	if it, err := b.Store().Get([]byte("k"), 1, nil); err != nil || string(it.Value) != "v" {
 		t.Fatalf("GET k on n1: %v %q, want the data kept", err, it.Value)
 	}
+	// The nodes' files seed the users, each node's its own, and their
+	// records: an edit of n1's file applies.
+	eventually(t, 5*time.Second, "the users of both files in the wiped etcd", func() bool {
+		u := n3.users.got()
+		return len(u) == 2 && u[0] != u[1]
+	})
+	applyFile(n1, 200, UserSpec{Name: "alice", Password: "a"})
+	eventually(t, 2*time.Second, "n1's edit of keep after the wipe, on n3", func() bool {
+		b, ok := n3.cat.Get("keep")
+		return ok && b.Settings().HardLimit == 200
+	})
 	// The watches follow the new etcd.
 	if _, err := n3.cat.Create("after", tenant.Settings{Reserved: 10, HardLimit: 100}, "test"); err != nil {
 		t.Fatal(err)

@@ -71,10 +71,11 @@
 // applied it (files/<node>), as a single node compares with
 // "config_applied": an item the file edited since goes to etcd (the
 // fields it changed, over run-time changes); an item the file never named
-// is seeded only if etcd lacks it; an unchanged item, or a value another
-// node's file already applied, leaves etcd as it is. Nodes may run with
-// the same file or different ones; a restarted node's unchanged file, or a
-// joining node's older one, reverts nothing.
+// is seeded only if etcd lacks it; an unchanged item, or the value the
+// item was last written with from any node's file (file_last), leaves
+// etcd as it is. Nodes may run with the same file or different ones; a
+// restarted node's unchanged file, or a joining node's older one, reverts
+// nothing.
 //
 // Cluster-wide limits. A bucket's reserved and hard_limit are totals for
 // the cluster; node capacity stays per node. Each throttle tick the server

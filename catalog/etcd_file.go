@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
+	"maps"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -17,7 +17,9 @@ import (
 // node's file said when it last applied it (its record, files/<node>), as
 // a single node compares its file with "config_applied". So a node applies
 // only its own file's edits, and never the ways in which its file differs
-// from another node's.
+// from another node's. Beside the records, file_last holds the value each
+// item was last written to etcd with from any node's file: an edit already
+// written from another file (one pushed to every node) applies once.
 
 // ClusterFile is what one node's config file says about the cluster's
 // catalog.
@@ -25,25 +27,42 @@ type ClusterFile struct {
 	Node    nodeSettings               // Capacity is this node's
 	Buckets map[string]tenant.Settings // by name
 	Users   []UserSpec                 // nil: the file names no users
+	// Legacy: the node ran before records were per node, so until it
+	// has a record of its own the one record all nodes shared (key file)
+	// stands for it, and an edit made while it was down is still an edit.
+	Legacy bool
 }
 
 // fileRecord is what one node's config file said when that node last
 // applied it (key files/<node>), item by item. Users is by name; nil: the
-// file never named users.
+// file never named users. Dropped are the buckets and users it named once
+// and no longer does: naming one again is an edit, whole.
 type fileRecord struct {
+	Defaults       *nodeSettings              `json:"defaults,omitempty"`
+	Capacity       *int64                     `json:"capacity,omitempty"`
+	Buckets        map[string]json.RawMessage `json:"buckets,omitempty"`
+	Users          map[string]json.RawMessage `json:"users"`
+	DroppedBuckets map[string]bool            `json:"dropped_buckets,omitempty"`
+	DroppedUsers   map[string]bool            `json:"dropped_users,omitempty"`
+}
+
+// lastWrites is the value each item was last written to etcd with from a
+// config file, whichever node's (key file_last); a user a file removed is
+// absent.
+type lastWrites struct {
 	Defaults *nodeSettings              `json:"defaults,omitempty"`
-	Capacity *int64                     `json:"capacity,omitempty"`
 	Buckets  map[string]json.RawMessage `json:"buckets,omitempty"`
-	Users    map[string]json.RawMessage `json:"users"`
+	Users    map[string]json.RawMessage `json:"users,omitempty"`
 }
 
 // legacyFileRecord is the one record all nodes shared before records were
-// per node (key file). It is read as another node's record: what it says
-// was applied by some file, and it is never written again.
+// per node (key file). It is never written again; it stands for a legacy
+// node's own record, and for file_last, until they exist.
 type legacyFileRecord struct {
-	Defaults *nodeSettings              `json:"defaults"`
-	Buckets  map[string]json.RawMessage `json:"buckets"`
-	Users    []UserSpec                 `json:"users"`
+	Defaults   *nodeSettings              `json:"defaults"`
+	Capacities map[string]int64           `json:"capacities"`
+	Buckets    map[string]json.RawMessage `json:"buckets"`
+	Users      []UserSpec                 `json:"users"`
 }
 
 // recordOf is the record of f as it says things now.
@@ -81,26 +100,29 @@ func usersByName(users []UserSpec) (map[string]json.RawMessage, error) {
 
 // fileWrites decides whether the file's value of one item goes to etcd.
 // had: this node's file named the item when last applied; same: with the
-// value it has now; exists: etcd holds the item; elsewhere: another
-// node's file applied this very value already.
+// value it has now; dropped: it named it once, then not; exists: etcd
+// holds the item; already: the last file write of the item was this very
+// value.
 //
 //   - No edit (had, same): etcd keeps its value, which may be a run-time
 //     change made since, or a deletion.
-//   - The value came through another node's file: what the cluster did
-//     with it since (a run-time change, a deletion) stays. Files pushed to
+//   - The value was written from a file already (another node's, pushed
+//     the same edit; or a file that listed a bucket since deleted at run
+//     time): what the cluster did with it since stays. Files pushed to
 //     every node apply once, and a node that joins with the file the
-//     others run reverts nothing.
-//   - An edit of this node's file: it goes to etcd, over run-time changes
-//     of the fields it changed (and brings back a bucket deleted at run
-//     time, as a changed entry does on a single node).
+//     others run brings back nothing.
+//   - An edit of this node's file (a changed value, or an item named
+//     again): it goes to etcd, over run-time changes of the fields it
+//     changed (and brings back a bucket deleted at run time, as a changed
+//     entry does on a single node). Undoing an edit is an edit too.
 //   - An item this node's file never named: seeded if etcd lacks it, so
 //     that a node joining with an older or different file leaves the
 //     cluster as it is.
-func fileWrites(had, same, exists, elsewhere bool) bool {
+func fileWrites(had, same, dropped, exists, already bool) bool {
 	switch {
-	case had && same, elsewhere:
+	case had && same, already:
 		return false
-	case had:
+	case had, dropped:
 		return true
 	default:
 		return !exists
@@ -108,13 +130,13 @@ func fileWrites(had, same, exists, elsewhere bool) bool {
 }
 
 // fileReconcile is one attempt at reconcileFile: etcd's state as read,
-// this node's record and the others', and the writes decided so far with
-// the revisions they were decided on.
+// this node's record, the last file writes, and the writes decided so far
+// with the revisions they were decided on.
 type fileReconcile struct {
 	c      *Cluster
 	st     prefixState
 	mine   fileRecord
-	others []fileRecord
+	last   lastWrites
 	ops    []clientv3.Op
 	guards []clientv3.Cmp
 }
@@ -130,45 +152,50 @@ func (r *fileReconcile) put(key string, value []byte, kv *mvccpb.KeyValue) {
 	r.guards = append(r.guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))
 }
 
-func (r *fileReconcile) elsewhere(has func(o fileRecord) bool) bool {
-	for _, o := range r.others {
-		if has(o) {
-			return true
+// records reads this node's record and the last file writes from st,
+// falling back on the legacy shared record where they are missing.
+func (r *fileReconcile) records(legacyMine bool) error {
+	keys, self := r.c.keys, r.c.opts.NodeName
+	var legacy *legacyFileRecord
+	if kv := r.st.kvs[keys.legacyFile()]; kv != nil {
+		legacy = &legacyFileRecord{}
+		if err := json.Unmarshal(kv.Value, legacy); err != nil {
+			return fmt.Errorf("catalog: etcd key %s: %w", kv.Key, err)
 		}
 	}
-	return false
-}
-
-// records reads this node's record and every other one from st.
-func (c *Cluster) records(st prefixState) (mine fileRecord, others []fileRecord, err error) {
-	for key, kv := range st.kvs {
-		if key == c.keys.legacyFile() {
-			var l legacyFileRecord
-			if err := json.Unmarshal(kv.Value, &l); err != nil {
-				return mine, nil, fmt.Errorf("catalog: etcd key %s: %w", key, err)
-			}
-			o := fileRecord{Defaults: l.Defaults, Buckets: l.Buckets}
-			if o.Users, err = usersByName(l.Users); err != nil {
-				return mine, nil, err
-			}
-			others = append(others, o)
-			continue
-		}
-		node, ok := strings.CutPrefix(key, c.keys.fileRecordPrefix())
-		if !ok {
-			continue
-		}
-		var rec fileRecord
-		if err := json.Unmarshal(kv.Value, &rec); err != nil {
-			return mine, nil, fmt.Errorf("catalog: etcd key %s: %w", key, err)
-		}
-		if node == c.opts.NodeName {
-			mine = rec
-		} else {
-			others = append(others, rec)
+	var legacyUsers map[string]json.RawMessage
+	if legacy != nil && legacy.Users != nil {
+		var err error
+		if legacyUsers, err = usersByName(legacy.Users); err != nil {
+			return err
 		}
 	}
-	return mine, others, nil
+	if kv := r.st.kvs[keys.fileRecord(self)]; kv != nil {
+		if err := json.Unmarshal(kv.Value, &r.mine); err != nil {
+			return fmt.Errorf("catalog: etcd key %s: %w", kv.Key, err)
+		}
+	} else if legacy != nil && legacyMine {
+		r.mine = fileRecord{Defaults: legacy.Defaults, Buckets: legacy.Buckets, Users: legacyUsers}
+		if v, ok := legacy.Capacities[self]; ok {
+			r.mine.Capacity = &v
+		}
+	}
+	if kv := r.st.kvs[keys.fileLast()]; kv != nil {
+		if err := json.Unmarshal(kv.Value, &r.last); err != nil {
+			return fmt.Errorf("catalog: etcd key %s: %w", kv.Key, err)
+		}
+	} else if legacy != nil {
+		r.last = lastWrites{Defaults: legacy.Defaults, Buckets: legacy.Buckets, Users: legacyUsers}
+	}
+	r.last.Buckets = maps.Clone(r.last.Buckets)
+	r.last.Users = maps.Clone(r.last.Users)
+	if r.last.Buckets == nil {
+		r.last.Buckets = map[string]json.RawMessage{}
+	}
+	if r.last.Users == nil {
+		r.last.Users = map[string]json.RawMessage{}
+	}
+	return nil
 }
 
 func (c *Cluster) reconcileOnce(ctx context.Context, f ClusterFile) (bool, error) {
@@ -181,7 +208,7 @@ func (c *Cluster) reconcileOnce(ctx context.Context, f ClusterFile) (bool, error
 		return false, err
 	}
 	r := &fileReconcile{c: c, st: st}
-	if r.mine, r.others, err = c.records(st); err != nil {
+	if err := r.records(f.Legacy); err != nil {
 		return false, err
 	}
 	if err := r.buckets(f, want); err != nil {
@@ -192,9 +219,20 @@ func (c *Cluster) reconcileOnce(ctx context.Context, f ClusterFile) (bool, error
 	}
 	r.capacity(want)
 	if f.Users == nil {
-		want.Users = r.mine.Users // a file naming no users leaves them alone
+		want.Users, want.DroppedUsers = r.mine.Users, r.mine.DroppedUsers // a file naming no users leaves them alone
 	} else if err := r.users(f, want); err != nil {
 		return false, err
+	}
+	want.DroppedBuckets = dropped(r.mine.DroppedBuckets, r.mine.Buckets, want.Buckets)
+	if f.Users != nil {
+		want.DroppedUsers = dropped(r.mine.DroppedUsers, r.mine.Users, want.Users)
+	}
+	if len(r.ops) > 0 { // file_last changes only with a write from a file
+		raw, err := json.Marshal(r.last)
+		if err != nil {
+			return false, err
+		}
+		r.put(c.keys.fileLast(), raw, st.kvs[c.keys.fileLast()])
 	}
 	raw, err := json.Marshal(want)
 	if err != nil {
@@ -213,16 +251,38 @@ func (c *Cluster) reconcileOnce(ctx context.Context, f ClusterFile) (bool, error
 	return resp.Succeeded, nil
 }
 
+// dropped is the names a record drops after this apply: those dropped
+// before and still not named, and those named before and not now.
+func dropped(before map[string]bool, prev, now map[string]json.RawMessage) map[string]bool {
+	out := map[string]bool{}
+	for name := range before {
+		if _, ok := now[name]; !ok {
+			out[name] = true
+		}
+	}
+	for name := range prev {
+		if _, ok := now[name]; !ok {
+			out[name] = true
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
 func (r *fileReconcile) buckets(f ClusterFile, want fileRecord) error {
 	for name, set := range f.Buckets {
 		raw := want.Buckets[name]
 		prev, had := r.mine.Buckets[name]
 		key := r.c.keys.bucket(name)
 		kv := r.st.kvs[key]
-		elsewhere := r.elsewhere(func(o fileRecord) bool { return string(o.Buckets[name]) == string(raw) })
-		if !fileWrites(had, string(prev) == string(raw), kv != nil, elsewhere) {
+		last, written := r.last.Buckets[name]
+		if !fileWrites(had, string(prev) == string(raw), r.mine.DroppedBuckets[name], kv != nil,
+			written && string(last) == string(raw)) {
 			continue
 		}
+		r.last.Buckets[name] = raw
 		put := raw
 		if had && kv != nil { // the file's edits over the cluster's settings
 			cur, err := tenant.ParseSettings(kv.Value, tenant.Settings{})
@@ -245,10 +305,11 @@ func (r *fileReconcile) buckets(f ClusterFile, want fileRecord) error {
 func (r *fileReconcile) defaults(want fileRecord) error {
 	def, prev := *want.Defaults, r.mine.Defaults
 	kv := r.st.kvs[r.c.keys.node()]
-	elsewhere := r.elsewhere(func(o fileRecord) bool { return o.Defaults != nil && *o.Defaults == def })
-	if !fileWrites(prev != nil, prev != nil && *prev == def, kv != nil, elsewhere) {
+	if !fileWrites(prev != nil, prev != nil && *prev == def, false, kv != nil,
+		r.last.Defaults != nil && *r.last.Defaults == def) {
 		return nil
 	}
+	r.last.Defaults = &def
 	n := def
 	if prev != nil && kv != nil { // the file's edits over the cluster's defaults
 		var cur nodeSettings
@@ -266,15 +327,15 @@ func (r *fileReconcile) defaults(want fileRecord) error {
 func (r *fileReconcile) capacity(want fileRecord) {
 	key, capacity, prev := r.c.keys.capacity(r.c.opts.NodeName), *want.Capacity, r.mine.Capacity
 	kv := r.st.kvs[key]
-	if fileWrites(prev != nil, prev != nil && *prev == capacity, kv != nil, false) {
+	if fileWrites(prev != nil, prev != nil && *prev == capacity, false, kv != nil, false) {
 		r.put(key, []byte(fmt.Sprint(capacity)), kv)
 	}
 }
 
 // users meets the file's users with the users document, user by user: a
 // user this node's file added, changed or removed since it last applied
-// it is added, changed or removed; the users other nodes' files or
-// earlier edits put there stay.
+// it is added, changed or removed (fileWrites); the users other nodes'
+// files or earlier edits put there stay.
 func (r *fileReconcile) users(f ClusterFile, want fileRecord) error {
 	kv := r.st.kvs[r.c.keys.users()]
 	var cur []UserSpec
@@ -292,10 +353,12 @@ func (r *fileReconcile) users(f ClusterFile, want fileRecord) error {
 		raw := want.Users[u.Name]
 		prev, had := r.mine.Users[u.Name]
 		i, exists := at[u.Name]
-		elsewhere := r.elsewhere(func(o fileRecord) bool { return string(o.Users[u.Name]) == string(raw) })
-		if !fileWrites(had, string(prev) == string(raw), exists, elsewhere) {
+		last, written := r.last.Users[u.Name]
+		if !fileWrites(had, string(prev) == string(raw), r.mine.DroppedUsers[u.Name], exists,
+			written && string(last) == string(raw)) {
 			continue
 		}
+		r.last.Users[u.Name] = raw
 		changed = true
 		if exists {
 			cur[i] = u
@@ -309,6 +372,7 @@ func (r *fileReconcile) users(f ClusterFile, want fileRecord) error {
 		_, had := r.mine.Users[u.Name]
 		if _, named := want.Users[u.Name]; had && !named {
 			changed = true // removed from this node's file since it last applied it
+			delete(r.last.Users, u.Name)
 			continue
 		}
 		kept = append(kept, u)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -22,6 +24,7 @@ import (
 //	capacity/<node>   one node's capacity, a decimal number
 //	users             the users document: []UserSpec JSON
 //	files/<node>      fileRecord: what the node's config file said when it last applied it
+//	file_last         lastWrites: the value each item was last written with from a file
 //	file              legacyFileRecord: the one record of every node's file, before files/
 //	life              a random token (hex), created with the first catalog in
 //	                  this etcd: a node that finds another, or none, knows
@@ -42,6 +45,7 @@ func (k keyspace) life() string                  { return k.root + "life" }
 func (k keyspace) legacyFile() string            { return k.root + "file" }
 func (k keyspace) fileRecordPrefix() string      { return k.root + "files/" }
 func (k keyspace) fileRecord(node string) string { return k.fileRecordPrefix() + node }
+func (k keyspace) fileLast() string              { return k.root + "file_last" }
 func (k keyspace) memberPrefix() string          { return k.root + "members/" }
 func (k keyspace) member(node string) string     { return k.memberPrefix() + node }
 func (k keyspace) usagePrefix() string           { return k.root + "usage/" }
@@ -130,21 +134,25 @@ func (c *Cluster) txn(ctx context.Context, cmps []clientv3.Cmp, ops ...clientv3.
 	return c.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 }
 
-// reconcileAttempts bounds reconcileFile's retries when another node
-// reconciles at the same moment.
-const reconcileAttempts = 5
+// reconcileAttempts bounds reconcileFile's retries when other nodes
+// reconcile at the same moment (every node does after an etcd wipe); a
+// retry waits a random 10–50 ms times the attempts so far.
+const reconcileAttempts = 8
 
 // reconcileFile meets this node's config file with etcd, item by item
 // (each bucket, the node defaults, this node's capacity, each user): an
 // item whose value differs from what this node's file said when it last
 // applied it is an edit and overwrites etcd (the fields it changed only);
 // an item the node's file never named is seeded if etcd lacks it; a value
-// another node's file already applied, or one that did not change, leaves
-// etcd as it is (fileWrites). The node's record and the writes go in one
+// that did not change, or the one the item was last written with from any
+// node's file (file_last), leaves etcd as it is (fileWrites). The node's record and the writes go in one
 // transaction that fails if any key it decided on changed meanwhile; then
 // it starts again.
 func (c *Cluster) reconcileFile(ctx context.Context, f ClusterFile) error {
-	for range reconcileAttempts {
+	for i := range reconcileAttempts {
+		if i > 0 {
+			sleep(ctx, time.Duration(i)*(10*time.Millisecond+rand.N(40*time.Millisecond)))
+		}
 		done, err := c.reconcileOnce(ctx, f)
 		if err != nil || done {
 			return err

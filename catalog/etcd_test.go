@@ -561,3 +561,82 @@ func (c *Cluster) setUsers(ctx context.Context, doc []byte) error {
 	}
 	return nil
 }
+
+// TestClusterFileEditsUndoneAndReAdded: the cases an audit found with the
+// first per-node records, which skipped any value another node's record
+// held: undoing an edit is an edit (a limit, a password); a node that left
+// long ago does not block an edit; a bucket removed from a file and named
+// again with other settings takes them, as on a single node; and a node
+// that ran before per-node records treats the shared record as its own,
+// so that an edit made while it was down still applies.
+func TestClusterFileEditsUndoneAndReAdded(t *testing.T) {
+	srv := etcdtest.Start(t)
+	n1, n2 := startNode(t, srv, "n1"), startNode(t, srv, "n2")
+	node := nodeSettings{Capacity: 25000, DefaultReserved: 100, DefaultHardLimit: tenant.Unlimited}
+	file := func(hard int64, pw string) ClusterFile {
+		return ClusterFile{Node: node, Buckets: map[string]tenant.Settings{"app": {Reserved: 100, HardLimit: hard}},
+			Users: []UserSpec{{Name: "app", Password: pw}}}
+	}
+	reconcile := func(n *testNode, f ClusterFile) {
+		t.Helper()
+		if err := n.ReconcileFile(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := func(what string, hard int64) {
+		t.Helper()
+		eventually(t, 2*time.Second, fmt.Sprintf("%s: app hard limit %d", what, hard), func() bool {
+			s, _ := n2.fake.bucket("app")
+			return s.HardLimit == hard
+		})
+	}
+	users := func(what, want string) {
+		t.Helper()
+		eventually(t, 2*time.Second, what+": users "+want, func() bool {
+			n2.fake.mu.Lock()
+			defer n2.fake.mu.Unlock()
+			return n2.fake.users == want
+		})
+	}
+	reconcile(n1, file(1000, "pw1"))
+	reconcile(n2, file(1000, "pw1"))
+	reconcile(n1, file(2000, "pw2"))
+	app("n1's edit", 2000)
+	users("n1's rotation", `[{"name":"app","password":"pw2"}]`)
+	reconcile(n1, file(1000, "pw1"))
+	app("n1's edit undone", 1000)
+	users("n1's rotation undone", `[{"name":"app","password":"pw1"}]`)
+	// A node that joined with other values and left does not block an
+	// edit to them.
+	reconcile(startNode(t, srv, "n3"), file(3000, "pw1"))
+	if err := n1.setBucketSettings(bg, "app", tenant.Settings{Reserved: 0, HardLimit: 2500}); err != nil {
+		t.Fatal(err)
+	}
+	app("run-time change", 2500)
+	reconcile(n2, file(3000, "pw1"))
+	app("n2's edit to n3's value", 3000)
+	// Removed from n1's file, then named again with other settings.
+	f := file(1000, "pw1")
+	delete(f.Buckets, "app")
+	reconcile(n1, f)
+	f.Buckets["app"] = tenant.Settings{Reserved: 0, HardLimit: 5000}
+	reconcile(n1, f)
+	app("a bucket named again", 5000)
+	// Legacy: the shared record of the version before says hard limit
+	// 5000 was applied; n1's file was edited to 6000 while it was down.
+	legacy := `{"mod_time":"2026-01-01T00:00:00Z","buckets":{"app":{"reserved":0,"hard_limit":5000}},"capacities":{"n4":25000}}`
+	if _, err := n1.txn(bg, nil, clientv3.OpPut(n1.keys.legacyFile(), legacy)); err != nil {
+		t.Fatal(err)
+	}
+	n4 := startNode(t, srv, "n4")
+	f4 := ClusterFile{Node: node, Buckets: map[string]tenant.Settings{"app": {Reserved: 0, HardLimit: 6000}}}
+	reconcile(n4, f4) // a new node: its file is not an edit
+	time.Sleep(300 * time.Millisecond)
+	app("a new node's different file", 5000)
+	if _, err := n1.txn(bg, nil, clientv3.OpDelete(n1.keys.fileRecord("n4"))); err != nil {
+		t.Fatal(err)
+	}
+	f4.Legacy = true
+	reconcile(n4, f4)
+	app("a legacy node's edit made while it was down", 6000)
+}
