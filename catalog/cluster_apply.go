@@ -340,7 +340,7 @@ func (c *Catalog) applyFileToCluster(cl *Cluster, f File) error {
 // clusterFile is f as reconcileFile takes it.
 func (c *Catalog) clusterFile(f *File) ClusterFile {
 	cf := ClusterFile{Node: f.Node, Buckets: make(map[string]tenant.Settings, len(f.Buckets)), Users: f.Users,
-		Legacy: c.legacyMember.Load()}
+		Legacy: c.legacyMember.Load(), ModTime: f.ModTime}
 	for _, b := range f.Buckets {
 		cf.Buckets[b.Name] = b.Settings
 	}

@@ -308,6 +308,7 @@ func TestClusterEtcdWipedWhileRunning(t *testing.T) {
 	}
 	applyFile(n1, 100, UserSpec{Name: "alice", Password: "a"})
 	applyFile(n2, 100, UserSpec{Name: "bob", Password: "b"})
+	applyFile(n1, 150, UserSpec{Name: "alice", Password: "a"}) // an edit n2's file will get later
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -345,6 +346,16 @@ func TestClusterEtcdWipedWhileRunning(t *testing.T) {
 		u := n3.users.got()
 		return len(u) == 2 && u[0] != u[1]
 	})
+	// The edit n1's file made before the wipe, now in n2's too, is known
+	// as written from a file: the run-time change made since stays.
+	b, _ = n1.cat.Get("keep")
+	if err := n1.cat.SetBucketSettings(b, tenant.Settings{Reserved: 10, HardLimit: 500}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	applyFile(n2, 150, UserSpec{Name: "bob", Password: "b"})
+	if b, _ := n2.cat.Get("keep"); b.Settings().HardLimit != 500 { // ApplyFile waited for n2 to apply etcd
+		t.Fatalf("n2's file's edit, already written from n1's before the wipe, undid a run-time change: %+v", b.Settings())
+	}
 	applyFile(n1, 200, UserSpec{Name: "alice", Password: "a"})
 	eventually(t, 2*time.Second, "n1's edit of keep after the wipe, on n3", func() bool {
 		b, ok := n3.cat.Get("keep")

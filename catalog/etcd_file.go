@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -29,8 +30,11 @@ type ClusterFile struct {
 	Users   []UserSpec                 // nil: the file names no users
 	// Legacy: the node ran before records were per node, so until it
 	// has a record of its own the one record all nodes shared (key file)
-	// stands for it, and an edit made while it was down is still an edit.
-	Legacy bool
+	// stands for it if the file is newer (ModTime) than the last file that
+	// record took: an edit made while the node was down is still an edit,
+	// and an older file does not undo what other nodes' files did since.
+	Legacy  bool
+	ModTime time.Time
 }
 
 // fileRecord is what one node's config file said when that node last
@@ -59,6 +63,7 @@ type lastWrites struct {
 // per node (key file). It is never written again; it stands for a legacy
 // node's own record, and for file_last, until they exist.
 type legacyFileRecord struct {
+	ModTime    time.Time                  `json:"mod_time"`
 	Defaults   *nodeSettings              `json:"defaults"`
 	Capacities map[string]int64           `json:"capacities"`
 	Buckets    map[string]json.RawMessage `json:"buckets"`
@@ -137,6 +142,7 @@ type fileReconcile struct {
 	st     prefixState
 	mine   fileRecord
 	last   lastWrites
+	read   []byte // file_last as read
 	ops    []clientv3.Op
 	guards []clientv3.Cmp
 }
@@ -154,7 +160,7 @@ func (r *fileReconcile) put(key string, value []byte, kv *mvccpb.KeyValue) {
 
 // records reads this node's record and the last file writes from st,
 // falling back on the legacy shared record where they are missing.
-func (r *fileReconcile) records(legacyMine bool) error {
+func (r *fileReconcile) records(f ClusterFile) error {
 	keys, self := r.c.keys, r.c.opts.NodeName
 	var legacy *legacyFileRecord
 	if kv := r.st.kvs[keys.legacyFile()]; kv != nil {
@@ -174,13 +180,14 @@ func (r *fileReconcile) records(legacyMine bool) error {
 		if err := json.Unmarshal(kv.Value, &r.mine); err != nil {
 			return fmt.Errorf("catalog: etcd key %s: %w", kv.Key, err)
 		}
-	} else if legacy != nil && legacyMine {
+	} else if legacy != nil && f.Legacy && f.ModTime.After(legacy.ModTime) {
 		r.mine = fileRecord{Defaults: legacy.Defaults, Buckets: legacy.Buckets, Users: legacyUsers}
 		if v, ok := legacy.Capacities[self]; ok {
 			r.mine.Capacity = &v
 		}
 	}
 	if kv := r.st.kvs[keys.fileLast()]; kv != nil {
+		r.read = kv.Value
 		if err := json.Unmarshal(kv.Value, &r.last); err != nil {
 			return fmt.Errorf("catalog: etcd key %s: %w", kv.Key, err)
 		}
@@ -208,7 +215,7 @@ func (c *Cluster) reconcileOnce(ctx context.Context, f ClusterFile) (bool, error
 		return false, err
 	}
 	r := &fileReconcile{c: c, st: st}
-	if err := r.records(f.Legacy); err != nil {
+	if err := r.records(f); err != nil {
 		return false, err
 	}
 	if err := r.buckets(f, want); err != nil {
@@ -227,11 +234,9 @@ func (c *Cluster) reconcileOnce(ctx context.Context, f ClusterFile) (bool, error
 	if f.Users != nil {
 		want.DroppedUsers = dropped(r.mine.DroppedUsers, r.mine.Users, want.Users)
 	}
-	if len(r.ops) > 0 { // file_last changes only with a write from a file
-		raw, err := json.Marshal(r.last)
-		if err != nil {
-			return false, err
-		}
+	if raw, err := json.Marshal(r.last); err != nil {
+		return false, err
+	} else if string(raw) != string(r.read) {
 		r.put(c.keys.fileLast(), raw, st.kvs[c.keys.fileLast()])
 	}
 	raw, err := json.Marshal(want)
@@ -280,6 +285,11 @@ func (r *fileReconcile) buckets(f ClusterFile, want fileRecord) error {
 		last, written := r.last.Buckets[name]
 		if !fileWrites(had, string(prev) == string(raw), r.mine.DroppedBuckets[name], kv != nil,
 			written && string(last) == string(raw)) {
+			if !written && kv != nil && string(kv.Value) == string(raw) {
+				// etcd holds the file's value, seeded from a node's
+				// buckets (after an etcd wipe): count it as written.
+				r.last.Buckets[name] = raw
+			}
 			continue
 		}
 		r.last.Buckets[name] = raw

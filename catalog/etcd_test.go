@@ -623,7 +623,7 @@ func TestClusterFileEditsUndoneAndReAdded(t *testing.T) {
 	reconcile(n1, f)
 	app("a bucket named again", 5000)
 	// Legacy: the shared record of the version before says hard limit
-	// 5000 was applied; n1's file was edited to 6000 while it was down.
+	// 5000 was applied (by a file of 2026-01-01); n4's file says 6000.
 	legacy := `{"mod_time":"2026-01-01T00:00:00Z","buckets":{"app":{"reserved":0,"hard_limit":5000}},"capacities":{"n4":25000}}`
 	if _, err := n1.txn(bg, nil, clientv3.OpPut(n1.keys.legacyFile(), legacy)); err != nil {
 		t.Fatal(err)
@@ -633,10 +633,22 @@ func TestClusterFileEditsUndoneAndReAdded(t *testing.T) {
 	reconcile(n4, f4) // a new node: its file is not an edit
 	time.Sleep(300 * time.Millisecond)
 	app("a new node's different file", 5000)
-	if _, err := n1.txn(bg, nil, clientv3.OpDelete(n1.keys.fileRecord("n4"))); err != nil {
-		t.Fatal(err)
+	forget := func() {
+		t.Helper()
+		if _, err := n1.txn(bg, nil, clientv3.OpDelete(n1.keys.fileRecord("n4"))); err != nil {
+			t.Fatal(err)
+		}
 	}
-	f4.Legacy = true
+	// A legacy node's file older than the shared record's: other nodes'
+	// files changed things since, and this one undoes none of them.
+	forget()
+	f4.Legacy, f4.ModTime = true, time.Date(2025, 12, 1, 0, 0, 0, 0, time.UTC)
+	reconcile(n4, f4)
+	time.Sleep(300 * time.Millisecond)
+	app("a legacy node's file older than the shared record", 5000)
+	// Newer: edited while the node was down, it applies.
+	forget()
+	f4.ModTime = time.Now()
 	reconcile(n4, f4)
 	app("a legacy node's edit made while it was down", 6000)
 }

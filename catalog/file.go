@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"kvd/engine"
 	"kvd/tenant"
@@ -23,6 +24,11 @@ type File struct {
 	// file names none); a single node ignores them (the server keeps its
 	// users itself).
 	Users []UserSpec
+	// ModTime is the file's modification time. Only a cluster node that
+	// ran a version before per-node file records uses it, once: its file
+	// counts as edited since the shared record of that version only if it
+	// is newer (ClusterFile.Legacy).
+	ModTime time.Time
 }
 
 // Spec is a bucket the config file names, with its settings.

@@ -10,7 +10,7 @@ import (
 func catalogFile(o *Options) catalog.File {
 	f := catalog.File{Node: tenant.NodeSettings{Capacity: o.NodeCapacity,
 		DefaultReserved: o.DefaultSettings.Reserved, DefaultHardLimit: o.DefaultSettings.HardLimit},
-		Users: o.Users}
+		Users: o.Users, ModTime: o.ConfigModTime}
 	for _, b := range o.Buckets {
 		f.Buckets = append(f.Buckets, catalog.Spec{Name: b.Name, Settings: b.Settings})
 	}

@@ -56,6 +56,9 @@ func run() error {
 	if opts.Cluster, err = clusterOptions(*clusterEndpoints, *nodeName, *listen, log); err != nil {
 		return err
 	}
+	if fi, err := os.Stat(source); err == nil {
+		opts.ConfigModTime = fi.ModTime()
+	}
 	srv, err := server.New(opts)
 	if err != nil {
 		return err

@@ -111,6 +111,9 @@ func (w *watcher) check() {
 		return
 	}
 	opts := serverOptions(cfg, w.listen, w.dataDir, w.log)
+	if fi, err := os.Stat(w.path); err == nil {
+		opts.ConfigModTime = fi.ModTime()
+	}
 	needRestart, err := w.srv.Reconfigure(opts)
 	if err != nil {
 		w.backoff = min(max(2*w.backoff, watchPeriod), maxRetry)

@@ -120,6 +120,10 @@ type Options struct {
 	// settings, node defaults and users live there, and a bucket's limits
 	// are cluster-wide totals. Nil (the default): a single node.
 	Cluster *ClusterOptions
+	// ConfigModTime is the config file's modification time; in a cluster,
+	// only a node upgraded from a version before per-node file records
+	// uses it (catalog.File.ModTime).
+	ConfigModTime time.Time
 }
 
 // EnsureDefaults fills zero (or negative) fields with their defaults.
