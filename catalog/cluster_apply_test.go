@@ -78,6 +78,18 @@ func (n *clusterNode) close(t *testing.T) {
 
 func has(c *Catalog, name string) bool { _, ok := c.Get(name); return ok }
 
+// createKeep creates bucket keep on n and stores k=v in it.
+func createKeep(t *testing.T, n *clusterNode) {
+	t.Helper()
+	b, err := n.cat.Create("keep", tenant.Settings{Reserved: 10, HardLimit: 100}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Store().Store(engine.ModeSet, []byte("k"), []byte("v"), 0, 0, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestClusterCatalog: run-time changes go through etcd to every catalog and
 // answer with engine's errors; a first join seeds etcd with the local
 // buckets; a member that comes back loses what was deleted meanwhile; the
@@ -245,13 +257,7 @@ func TestClusterNodeNameInUse(t *testing.T) {
 func TestClusterNewEtcdSeededNotWiped(t *testing.T) {
 	old := etcdtest.Start(t)
 	n1 := openClusterNode(t, old, t.TempDir(), "n1")
-	if _, err := n1.cat.Create("keep", tenant.Settings{Reserved: 10, HardLimit: 100}, "test"); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := n1.cat.Get("keep")
-	if _, err := b.Store().Store(engine.ModeSet, []byte("k"), []byte("v"), 0, 0, 0, 1); err != nil {
-		t.Fatal(err)
-	}
+	createKeep(t, n1)
 	n1.close(t)
 	fresh := etcdtest.Start(t)
 	n1 = openClusterNode(t, fresh, n1.dir, "n1")
@@ -290,13 +296,7 @@ func TestClusterEtcdWipedWhileRunning(t *testing.T) {
 	srv := etcdtest.Start(t)
 	n1 := openClusterNode(t, srv, t.TempDir(), "n1")
 	n2 := openClusterNode(t, srv, t.TempDir(), "n2")
-	if _, err := n1.cat.Create("keep", tenant.Settings{Reserved: 10, HardLimit: 100}, "test"); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := n1.cat.Get("keep")
-	if _, err := b.Store().Store(engine.ModeSet, []byte("k"), []byte("v"), 0, 0, 0, 1); err != nil {
-		t.Fatal(err)
-	}
+	createKeep(t, n1)
 	eventually(t, 2*time.Second, "keep on n2", func() bool { return has(n2.cat, "keep") })
 	applyFile := func(n *clusterNode, keepHard int64, users ...UserSpec) {
 		t.Helper()
@@ -336,7 +336,7 @@ func TestClusterEtcdWipedWhileRunning(t *testing.T) {
 		}
 		return has(n3.cat, "keep")
 	})
-	b, _ = n1.cat.Get("keep")
+	b, _ := n1.cat.Get("keep")
 	if it, err := b.Store().Get([]byte("k"), 1, nil); err != nil || string(it.Value) != "v" {
 		t.Fatalf("GET k on n1: %v %q, want the data kept", err, it.Value)
 	}

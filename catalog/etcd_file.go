@@ -134,6 +134,21 @@ func fileWrites(had, same, dropped, exists, already bool) bool {
 	}
 }
 
+// namedWrites is fileWrites for the item name of a by-name kind (buckets,
+// users) whose value in the file is want: mine and dropped are this node's
+// record of the kind, last its last file writes, which a write updates.
+// It returns the value this node's file had for the item, if any.
+func namedWrites(mine map[string]json.RawMessage, dropped map[string]bool, last map[string]json.RawMessage,
+	name string, want json.RawMessage, exists bool) (prev json.RawMessage, had, write bool) {
+	prev, had = mine[name]
+	was, written := last[name]
+	write = fileWrites(had, string(prev) == string(want), dropped[name], exists, written && string(was) == string(want))
+	if write {
+		last[name] = want
+	}
+	return prev, had, write
+}
+
 // fileReconcile is one attempt at reconcileFile: etcd's state as read,
 // this node's record, the last file writes, and the writes decided so far
 // with the revisions they were decided on.
@@ -279,20 +294,17 @@ func dropped(before map[string]bool, prev, now map[string]json.RawMessage) map[s
 func (r *fileReconcile) buckets(f ClusterFile, want fileRecord) error {
 	for name, set := range f.Buckets {
 		raw := want.Buckets[name]
-		prev, had := r.mine.Buckets[name]
 		key := r.c.keys.bucket(name)
 		kv := r.st.kvs[key]
-		last, written := r.last.Buckets[name]
-		if !fileWrites(had, string(prev) == string(raw), r.mine.DroppedBuckets[name], kv != nil,
-			written && string(last) == string(raw)) {
-			if !written && kv != nil && string(kv.Value) == string(raw) {
+		prev, had, write := namedWrites(r.mine.Buckets, r.mine.DroppedBuckets, r.last.Buckets, name, raw, kv != nil)
+		if !write {
+			if _, written := r.last.Buckets[name]; !written && kv != nil && string(kv.Value) == string(raw) {
 				// etcd holds the file's value, seeded from a node's
 				// buckets (after an etcd wipe): count it as written.
 				r.last.Buckets[name] = raw
 			}
 			continue
 		}
-		r.last.Buckets[name] = raw
 		put := raw
 		if had && kv != nil { // the file's edits over the cluster's settings
 			cur, err := tenant.ParseSettings(kv.Value, tenant.Settings{})
@@ -360,15 +372,10 @@ func (r *fileReconcile) users(f ClusterFile, want fileRecord) error {
 	}
 	changed := kv == nil // no document yet: seed one
 	for _, u := range f.Users {
-		raw := want.Users[u.Name]
-		prev, had := r.mine.Users[u.Name]
 		i, exists := at[u.Name]
-		last, written := r.last.Users[u.Name]
-		if !fileWrites(had, string(prev) == string(raw), r.mine.DroppedUsers[u.Name], exists,
-			written && string(last) == string(raw)) {
+		if _, _, write := namedWrites(r.mine.Users, r.mine.DroppedUsers, r.last.Users, u.Name, want.Users[u.Name], exists); !write {
 			continue
 		}
-		r.last.Users[u.Name] = raw
 		changed = true
 		if exists {
 			cur[i] = u
