@@ -51,8 +51,10 @@ func Exec(bk *catalog.Bucket, r *Request, now uint32) {
 	case binary.OpIncrement, binary.OpDecrement:
 		delta, initial, exp, _ := binary.ArithExtras(r.Extras)
 		var res engine.ArithResult
-		res, err = bk.Store().ArithItem(r.Key, op == binary.OpIncrement, delta, initial,
-			ExpiryAt(exp, now), exp != NoCreate, r.Hdr.CAS, now)
+		ttl, touch := r.Txt.ArithExpiry()
+		res, err = bk.Store().ArithItem(r.Key, engine.ArithArgs{Incr: op == binary.OpIncrement,
+			Delta: delta, Initial: initial, Expiry: ExpiryAt(exp, now), Create: exp != NoCreate,
+			CAS: r.Hdr.CAS, Touch: touch, NewExpiry: ExpiryAt(ttl, now)}, now)
 		r.Num, r.CAS, r.Exp, r.Made = res.Value, res.CAS, res.Expiry, res.Created
 	case binary.OpTouch, binary.OpGAT, binary.OpGATK:
 		err = execRead(bk, r, now, true)

@@ -303,8 +303,22 @@ func (b *Bucket) Delete(key []byte, cas uint64, now uint32) error {
 // is created whatever cas is, as memcached does. Returns the new value and
 // CAS.
 func (b *Bucket) Arith(key []byte, incr bool, delta, initial uint64, expiry uint32, create bool, cas uint64, now uint32) (uint64, uint64, error) {
-	r, err := b.ArithItem(key, incr, delta, initial, expiry, create, cas, now)
+	r, err := b.ArithItem(key, ArithArgs{Incr: incr, Delta: delta, Initial: initial, Expiry: expiry, Create: create, CAS: cas}, now)
 	return r.Value, r.CAS, err
+}
+
+// ArithArgs is what ArithItem is asked to do (Arith's arguments, and meta
+// arithmetic's new TTL).
+type ArithArgs struct {
+	Incr           bool
+	Delta, Initial uint64
+	Expiry         uint32 // a created item's expiry: absolute, 0 = never
+	Create         bool   // create a missing item holding Initial
+	CAS            uint64 // non-zero: must match a live item's CAS
+	// Touch sets the item's expiry to NewExpiry when the arithmetic
+	// succeeds, an existing item's or a created one's (memcached's ma T).
+	Touch     bool
+	NewExpiry uint32
 }
 
 // ArithResult is what ArithItem did: the new value and CAS, the item's
@@ -317,8 +331,9 @@ type ArithResult struct {
 }
 
 // ArithItem is Arith that also reports the item's expiry and whether it
-// was created (memcached's meta arithmetic returns both).
-func (b *Bucket) ArithItem(key []byte, incr bool, delta, initial uint64, expiry uint32, create bool, cas uint64, now uint32) (ArithResult, error) {
+// was created (memcached's meta arithmetic returns both), and can set a new
+// expiry on success (a.Touch).
+func (b *Bucket) ArithItem(key []byte, a ArithArgs, now uint32) (ArithResult, error) {
 	var n, newCAS uint64
 	created := false
 	var h header
@@ -328,7 +343,7 @@ func (b *Bucket) ArithItem(key []byte, incr bool, delta, initial uint64, expiry 
 			if len(cur.value) == 0 {
 				return ErrNonNumeric // before the CAS, as memcached's do_add_delta
 			}
-			if err := checkCAS(&cur, cas); err != nil {
+			if err := checkCAS(&cur, a.CAS); err != nil {
 				return err
 			}
 		}
@@ -338,11 +353,14 @@ func (b *Bucket) ArithItem(key []byte, incr bool, delta, initial uint64, expiry 
 			if !ok {
 				return ErrNonNumeric
 			}
-			n, h = applyDelta(old, incr, delta), cur.h
-		case create:
-			n, h, created = initial, header{expiry: expiry}, true
+			n, h = applyDelta(old, a.Incr, a.Delta), cur.h
+		case a.Create:
+			n, h, created = a.Initial, header{expiry: a.Expiry}, true
 		default:
 			return ErrNotFound
+		}
+		if a.Touch {
+			h.expiry = a.NewExpiry
 		}
 		h.cas = b.db.nextCAS()
 		newCAS = h.cas

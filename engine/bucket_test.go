@@ -325,6 +325,39 @@ func TestArithCAS(t *testing.T) {
 	}
 }
 
+// TestArithTouch: meta arithmetic's T sets the expiry on success, of an
+// existing item or a created one, and not when the arithmetic fails.
+func TestArithTouch(t *testing.T) {
+	b := newBucketT(t, openTest(t, nil), "b")
+	c := mustStore(t, b, ModeSet, "k", "5", 7, t0+10)
+	touch := func(key string, a ArithArgs) (ArithResult, error) {
+		a.Incr, a.Delta, a.Touch = true, 1, true
+		return b.ArithItem([]byte(key), a, t0)
+	}
+	r, err := touch("k", ArithArgs{NewExpiry: t0 + 1000})
+	if err != nil || r.Value != 6 || r.Expiry != t0+1000 {
+		t.Fatalf("ArithItem with Touch = %+v, %v; want 6, expiry %d", r, err, t0+1000)
+	}
+	wantItem(t, b, "k", "6", 7, t0+1000, t0+500) // outlives the old expiry, flags kept
+	if _, err := touch("k", ArithArgs{CAS: c, NewExpiry: t0 + 1}); err != ErrExists {
+		t.Fatalf("ArithItem with a stale CAS = %v; want ErrExists", err)
+	}
+	wantItem(t, b, "k", "6", 7, t0+1000, t0+500) // the failed command touched nothing
+	r, err = touch("k", ArithArgs{NewExpiry: 0})
+	if err != nil || r.Expiry != 0 {
+		t.Fatalf("ArithItem with Touch to 0 = %+v, %v; want expiry 0 (never)", r, err)
+	}
+	wantItem(t, b, "k", "7", 7, 0, t0+5000)
+	r, err = touch("n", ArithArgs{Initial: 3, Create: true, Expiry: t0 + 50, NewExpiry: t0 + 60})
+	if err != nil || !r.Created || r.Expiry != t0+60 {
+		t.Fatalf("ArithItem creating with Touch = %+v, %v; want created, expiry %d", r, err, t0+60)
+	}
+	wantItem(t, b, "n", "3", 0, t0+60, t0+55)
+	if _, err := touch("missing", ArithArgs{NewExpiry: t0 + 60}); err != ErrNotFound {
+		t.Fatalf("ArithItem on a missing item = %v; want ErrNotFound", err)
+	}
+}
+
 func TestTouch(t *testing.T) {
 	b := newBucketT(t, openTest(t, nil), "b")
 	_, err := b.Touch([]byte("k"), t0+5, t0, nil)

@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -236,4 +237,41 @@ func TestTextMultiGetInPieces(t *testing.T) {
 		c.expect("multi-get", "VALUE k1 0 1", "v")
 	}
 	c.expect("multi-get end", "END")
+}
+
+// TestMetaArithTTL: ma's T sets the item's TTL when the arithmetic succeeds
+// (protocol.txt: "update TTL on success"), and t reports it. memcached
+// 1.6.18 agrees on an existing item (compared here); it also reports T's
+// TTL with N and with T0 but leaves the item's TTL as it was, where kvd
+// sets what it reports.
+func TestMetaArithTTL(t *testing.T) {
+	mcAddr := texttest.StartMemcached(t)
+	k := startKVD(t, textDiffConfig)
+	same := []byte("set k 0 0 1\r\n5\r\nma k T100 t v\r\nmg k t v\r\nma k MD T0 t\r\nma nx T5 t\r\n" + texttest.SentinelCommand)
+	in := "ma k T0 t\r\nmg k t\r\n" + // never expires
+		"ma k C1 T9 t\r\nmg k t\r\n" + // a failed ma touches nothing
+		"ma z N30 T60 t v\r\nmg z t\r\n" + // created: T over N
+		"ma y N30 t\r\nmg y t\r\n" + // created without T: N's TTL
+		"ma k T-1\r\nmg k\r\n" // a negative TTL expires the item
+	wantKVD := "HD t-1\r\nHD t-1\r\n" + "EX\r\nHD t-1\r\n" + "VA 1 t60\r\n0\r\nHD t60\r\n" +
+		"HD t30\r\nHD t30\r\n" + "HD\r\nEN\r\n" + texttest.SentinelReply
+	// A TTL read just after a second ticks over is one less: such an
+	// attempt is made again.
+	var failure string
+	for attempt := 0; attempt < 3; attempt++ {
+		textFlush(t, k.Addr)
+		want, _ := texttest.Ask(t, mcAddr, same, true)
+		got, _ := texttest.Ask(t, k.Addr, same, true)
+		if !bytes.Equal(got, want) {
+			failure = "ma T: kvd differs from memcached:\n" + texttest.FirstDiff(same, want, got)
+			continue
+		}
+		got, _ = texttest.Ask(t, k.Addr, []byte(in+texttest.SentinelCommand), true)
+		if failure = ""; string(got) != wantKVD {
+			failure = fmt.Sprintf("ma T:\nsent %q\ngot  %q\nwant %q", in, got, wantKVD)
+			continue
+		}
+		return
+	}
+	t.Fatal(failure)
 }

@@ -27,6 +27,16 @@ type Reply struct {
 // Text reports whether r belongs to a text command.
 func (r *Reply) Text() bool { return r.kind != text.KindNone }
 
+// ArithExpiry is meta arithmetic's T flag, which binary's INCR and DECR
+// cannot carry: the expiry (as binary's extras give one) the item takes
+// when the arithmetic succeeds. false: the command has none.
+func (r *Reply) ArithExpiry() (uint32, bool) {
+	if r.kind != text.KindMetaArithmetic || !r.meta.HasTTL {
+		return 0, false
+	}
+	return Expiry(r.meta.TTL), true
+}
+
 // Result is a translated request's binary result, as the server executed
 // it. Its slices are read, never kept.
 type Result struct {
