@@ -122,6 +122,11 @@ type Catalog struct {
 	toSeed       []string         // guarded by mu: local buckets etcd lacked at the first join
 	incs         map[string]int64 // guarded by mu: cluster incarnations read or recorded (applyIncarnationLocked)
 	ticker       clusterTicker    // owned by TickCluster's goroutine
+
+	// fileOwed: seeding a new etcd life could not write the config file
+	// into it; TickCluster tries again (reseedFile), one try at a time
+	// (reseeding).
+	fileOwed, reseeding atomic.Bool
 }
 
 // Open loads the persisted node settings and every bucket the engine has.

@@ -166,6 +166,8 @@ type Cluster struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	lease  clientv3.LeaseID // owned by the publisher goroutine
+
+	reconcileFault atomic.Pointer[func() error] // tests: fails ReconcileFile with what it returns
 }
 
 // openCluster connects to etcd, reads the whole catalog (calling a for
@@ -290,5 +292,10 @@ func (c *Cluster) Close() error {
 // reconcileFile); the changes reach every node, this one included,
 // through the watch.
 func (c *Cluster) ReconcileFile(f ClusterFile) error {
+	if fault := c.reconcileFault.Load(); fault != nil {
+		if err := (*fault)(); err != nil {
+			return err
+		}
+	}
 	return c.reconcileFile(context.Background(), f)
 }

@@ -96,10 +96,28 @@ func (c *Catalog) seedCluster(cl *Cluster) error {
 	// come back through the watch, which is the caller: no waiting here).
 	if f := c.file.Load(); f != nil {
 		if err := cl.ReconcileFile(c.clusterFile(f)); err != nil {
-			return fmt.Errorf("the config file into the new etcd: %w", err)
+			c.fileOwed.Store(true)
+			return fmt.Errorf("the config file into the new etcd (tried again at every tick): %w", err)
 		}
 	}
 	return nil
+}
+
+// reseedFile is TickCluster's retry of what seedCluster owes: the config
+// file written into a new etcd life. It runs on its own goroutine, one at a
+// time; a file applied meanwhile (applyFileToCluster) pays the debt too.
+func (c *Catalog) reseedFile(cl *Cluster) {
+	defer c.reseeding.Store(false)
+	f := c.file.Load()
+	if f == nil || !c.fileOwed.Load() {
+		return
+	}
+	if err := cl.ReconcileFile(c.clusterFile(f)); err != nil {
+		c.log.Error("cluster: the config file into the new etcd, tried again", "err", err)
+		return
+	}
+	c.fileOwed.Store(false)
+	c.log.Info("cluster: the config file is written into the new etcd")
 }
 
 // clusterWho names changes that came from etcd in the log.
@@ -334,6 +352,7 @@ func (c *Catalog) applyFileToCluster(cl *Cluster, f File) error {
 	if err := cl.ReconcileFile(c.clusterFile(&f)); err != nil {
 		return err
 	}
+	c.fileOwed.Store(false)
 	return cl.waitApplied(context.Background())
 }
 
@@ -429,6 +448,9 @@ func (c *Catalog) TickCluster(now time.Time) {
 	cl := c.cl.Load()
 	if cl == nil {
 		return
+	}
+	if c.fileOwed.Load() && c.reseeding.CompareAndSwap(false, true) {
+		go c.reseedFile(cl)
 	}
 	t := &c.ticker
 	if t.last == nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -325,6 +326,16 @@ func TestClusterEtcdWipedWhileRunning(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); wg.Wait() }()
+	// etcd fails n1's first try at writing its file into the new life: the
+	// ticks try again.
+	var failed atomic.Bool
+	fault := func() error {
+		if failed.CompareAndSwap(false, true) {
+			return errors.New("test: etcd failing just then")
+		}
+		return nil
+	}
+	n1.cat.cl.Load().reconcileFault.Store(&fault)
 	if err := srv.Wipe(); err != nil {
 		t.Fatal(err)
 	}
@@ -346,6 +357,9 @@ func TestClusterEtcdWipedWhileRunning(t *testing.T) {
 		u := n3.users.got()
 		return len(u) == 2 && u[0] != u[1]
 	})
+	if !failed.Load() {
+		t.Fatal("n1 never wrote its file into the new etcd: the fault was not met")
+	}
 	// The edit n1's file made before the wipe, now in n2's too, is known
 	// as written from a file: the run-time change made since stays.
 	b, _ = n1.cat.Get("keep")
