@@ -179,16 +179,9 @@ func (b *board) checkSelectors(t *testing.T, p *prometheus, types map[string]str
 	for _, q := range b.queries() {
 		for _, m := range selectorRE.FindAllStringSubmatch(q.expr, -1) {
 			name, window := m[1], m[3]
-			typ := types[name]
-			if clusterOnlyTypes[name] != "" && typ == "" {
-				typ = clusterOnlyTypes[name] // absent on the test's single node: no label values to check
-			} else {
-				p.checkLabelValues(t, q.where, name, m[2])
-			}
-			for _, suffix := range []string{"_bucket", "_count", "_sum"} {
-				if base, ok := strings.CutSuffix(name, suffix); ok && types[base] == "histogram" {
-					typ = "counter"
-				}
+			typ := metricType(types, name)
+			if clusterOnlyTypes[name] == "" || types[name] != "" {
+				p.checkLabelValues(t, q.where, name, m[2]) // the cluster's are absent on the test's single node
 			}
 			switch {
 			case typ == "":
@@ -200,6 +193,22 @@ func (b *board) checkSelectors(t *testing.T, p *prometheus, types map[string]str
 			}
 		}
 	}
+}
+
+// metricType is the type of the series name as kvd exports it, from
+// Prometheus's metadata (types): a histogram's _bucket, _count and _sum are
+// counters; the cluster's metrics, which the test's single node does not
+// export, have their known types. "" for a name kvd does not export.
+func metricType(types map[string]string, name string) string {
+	for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+		if base, ok := strings.CutSuffix(name, suffix); ok && types[base] == "histogram" {
+			return "counter"
+		}
+	}
+	if typ := types[name]; typ != "" {
+		return typ
+	}
+	return clusterOnlyTypes[name]
 }
 
 // checkQueries evaluates every board query and template variable: each must
@@ -395,11 +404,13 @@ func (p *prometheus) metricTypes(t *testing.T) map[string]string {
 
 // checkRuleHealth waits until Prometheus has evaluated every loaded rule and
 // fails on any rule whose evaluation errs against kvd's real series (a
-// many-to-many match, a wrong function argument…).
-func (p *prometheus) checkRuleHealth(t *testing.T) {
+// many-to-many match, a wrong function argument…), or that names a metric
+// kvd does not export (types: Prometheus's metadata), which evaluates
+// without error and never fires.
+func (p *prometheus) checkRuleHealth(t *testing.T, types map[string]string) {
 	t.Helper()
 	type rule struct {
-		Name, Health, LastError string
+		Name, Health, LastError, Query string
 	}
 	var rules []rule
 	waitFor(t, 10*time.Second, "every alert rule evaluated", func() bool {
@@ -423,6 +434,12 @@ func (p *prometheus) checkRuleHealth(t *testing.T) {
 		names = append(names, r.Name)
 		if r.Health != "ok" {
 			t.Errorf("alert rule %s: health %s: %s", r.Name, r.Health, r.LastError)
+		}
+		// A name kvd does not export evaluates as healthy and never fires.
+		for _, m := range selectorRE.FindAllStringSubmatch(r.Query, -1) {
+			if metricType(types, m[1]) == "" {
+				t.Errorf("alert rule %s: %s is not a metric kvd exports\n  %s", r.Name, m[1], r.Query)
+			}
 		}
 	}
 	sort.Strings(names)
