@@ -75,15 +75,16 @@ func (c *conn) saslAuth(req *mc.Request) {
 		c.replyError(req, mc.StatusAuthError, err.Error())
 		return
 	}
-	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
-	r := b.Add(req)
+	// The batch carries no request: a login is not a data command (no
+	// latency recorded, nothing charged).
+	b, hdr := c.srv.work.NewBatch(c, &c.enc, c.bucket), command.HeaderOf(req)
 	c.startLogin(b, name, bytes.Clone(password), false, func(err error) {
 		if err != nil {
 			st, reason := command.StatusOf(err)
-			b.Out = c.enc.Error(b.Out, r.Hdr, st, reason, nil)
+			b.Out = c.enc.Error(b.Out, hdr, st, reason, nil)
 			return
 		}
-		b.Out = c.enc.Reply(b.Out, r.Hdr, mc.StatusOK, 0, nil, nil, []byte("Authenticated"))
+		b.Out = c.enc.Reply(b.Out, hdr, mc.StatusOK, 0, nil, nil, []byte("Authenticated"))
 	})
 }
 

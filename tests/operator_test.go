@@ -268,6 +268,14 @@ func TestMetricsAgreeWithStats(t *testing.T) {
 		if m[names["num_commands"]+`{bucket="app"}`] == 0 {
 			t.Errorf("no commands counted for app in /metrics")
 		}
+		// The logins ran while the connections were on the anonymous
+		// bucket: a login is not a data command, so it has no latency.
+		for _, class := range []string{"read", "write"} {
+			lat := `kvd_bucket_command_latency_seconds_count{bucket="default",class="` + class + `"}`
+			if n := m[lat]; n != 0 {
+				t.Errorf("%s = %v after logins only (sum %v)", lat, n, m[strings.Replace(lat, "_count", "_sum", 1)])
+			}
+		}
 	}
 	check(true)
 	stop.Store(true)
