@@ -75,8 +75,6 @@ func (c *conn) saslAuth(req *mc.Request) {
 		c.replyError(req, mc.StatusAuthError, err.Error())
 		return
 	}
-	// The batch carries no request: a login is not a data command (no
-	// latency recorded, nothing charged).
 	b, hdr := c.srv.work.NewBatch(c, &c.enc, c.bucket), command.HeaderOf(req)
 	c.startLogin(b, name, bytes.Clone(password), false, func(err error) {
 		if err != nil {

@@ -41,6 +41,8 @@ type Server struct {
 	deadline ingress.DeadlineGate // the node's ledger of accepted deadline demand, per pool
 	started  time.Time
 	pid      int
+	// fileRefused: the config file's edit the catalog refused at start.
+	fileRefused error
 
 	eng      gnet.Engine
 	booted   chan struct{}
@@ -133,6 +135,7 @@ func (s *Server) open() (err error) {
 		// As at a reload: the edit is refused and the settings in force (here,
 		// those stored in the data directory) stay. A file that is invalid on
 		// its own never gets here (Options.Validate).
+		s.fileRefused = err
 		s.log.Error("config edit rejected, stored settings kept", "err", err)
 	}
 	return nil
@@ -143,13 +146,9 @@ func (s *Server) Start() error {
 	s.started = s.opts.Now()
 	s.startWorkers()
 	go func() {
-		s.runErr <- gnet.Run(s, "tcp://"+s.opts.Listen,
-			gnet.WithMulticore(true),
-			gnet.WithNumEventLoop(s.opts.Loops),
-			gnet.WithTCPNoDelay(gnet.TCPNoDelay),
-			gnet.WithReuseAddr(true),
-			gnet.WithLogger(gnetlog.Logger{L: s.log}),
-		)
+		s.runErr <- gnet.Run(s, "tcp://"+s.opts.Listen, gnet.WithMulticore(true),
+			gnet.WithNumEventLoop(s.opts.Loops), gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+			gnet.WithReuseAddr(true), gnet.WithLogger(gnetlog.Logger{L: s.log}))
 	}()
 	select {
 	case <-s.booted:
@@ -166,6 +165,10 @@ func (s *Server) startWorkers() {
 		Meter: s.meter, Executed: s.view.Executed, WriteUnitSize: func() int { return s.limits().WriteUnitSize },
 		Now: s.opts.Now, Logger: s.log})
 }
+
+// FileRefused is the config file's edit refused at start (a conflict with
+// run-time settings), nil if it applied: to be tried again as a reload's.
+func (s *Server) FileRefused() error { return s.fileRefused }
 
 // Addr is the protocol address the server listens on.
 func (s *Server) Addr() string { return s.opts.Listen }

@@ -173,7 +173,9 @@ func TestConfigReload(t *testing.T) {
 // above the hard limit 0x2a gave it) is refused whole: the node capacity
 // edited beside it does not change, in the running node or after a
 // restart. And the node restarts with that file in place, keeping the
-// settings stored in its data directory, instead of refusing to start.
+// settings stored in its data directory, instead of refusing to start. A
+// refused edit, at start or at a reload, applies once a run-time change
+// lifts the conflict, with no further save.
 func TestConfigEditConflictingWithRunTime(t *testing.T) {
 	t.Parallel()
 	k := startKVD(t, reloadConfig("25000", ""))
@@ -204,19 +206,27 @@ func TestConfigEditConflictingWithRunTime(t *testing.T) {
 	waitFor(t, 5*time.Second, "the start's log line refusing the edit", func() bool {
 		return strings.Contains(k.Log(), "stored settings kept") // the log comes through a pipe
 	})
-	// The edit, saved again, is refused again; once a run-time change lifts
-	// the conflict, the watcher's next try applies it, with no further save.
+	// Once a run-time change lifts the conflict, the edit refused at start
+	// applies at the watcher's next try, with no save.
+	c.expectStatus("0x2a app", reqWith(mc.OpSetBucketThrottle, 1, nil, "app", `{"reserved":100,"hard_limit":10000}`), mc.StatusOK)
+	waitFor(t, 15*time.Second, "the edit refused at start applied by a retry", func() bool {
+		r, h := c.bucketStat("app").limits()
+		return statOf(c, "throttle", "capacity") == "12345" && r == "5000" && h == "10000"
+	})
+	// The same for an edit refused at a reload.
+	c.expectStatus("0x2a app", reqWith(mc.OpSetBucketThrottle, 1, nil, "app", `{"reserved":100,"hard_limit":1000}`), mc.StatusOK)
 	refused := strings.Count(k.Log(), "running config kept")
-	if err := os.WriteFile(k.Config, []byte(edited+"\n"), 0o644); err != nil {
+	edited = strings.Replace(strings.Replace(edited, "12345", "12346", 1), `"reserved": 5000`, `"reserved": 6000`, 1)
+	if err := os.WriteFile(k.Config, []byte(edited), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the saved edit refused again", func() bool {
+	waitFor(t, 10*time.Second, "the next edit refused", func() bool {
 		return strings.Count(k.Log(), "running config kept") > refused
 	})
 	c.expectStatus("0x2a app", reqWith(mc.OpSetBucketThrottle, 1, nil, "app", `{"reserved":100,"hard_limit":10000}`), mc.StatusOK)
-	waitFor(t, 15*time.Second, "the edit applied by a retry", func() bool {
+	waitFor(t, 15*time.Second, "the edit refused at a reload applied by a retry", func() bool {
 		r, h := c.bucketStat("app").limits()
-		return statOf(c, "throttle", "capacity") == "12345" && r == "5000" && h == "10000"
+		return statOf(c, "throttle", "capacity") == "12346" && r == "6000" && h == "10000"
 	})
 }
 

@@ -68,9 +68,13 @@ func newWatcher(path string, loaded []byte, listen, dataDir string, srv *server.
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
-// startWatcher starts a newWatcher's checks.
+// startWatcher starts a newWatcher's checks. A file whose edit the server
+// refused at start is tried again like a reload's.
 func startWatcher(path string, loaded []byte, listen, dataDir string, srv *server.Server, log *slog.Logger) *watcher {
 	w := newWatcher(path, loaded, listen, dataDir, srv, log)
+	if err := srv.FileRefused(); err != nil {
+		w.refused(loaded, err)
+	}
 	go w.run()
 	return w
 }
@@ -116,13 +120,10 @@ func (w *watcher) check() {
 	}
 	needRestart, err := w.srv.Reconfigure(opts)
 	if err != nil {
-		w.backoff = min(max(2*w.backoff, watchPeriod), maxRetry)
-		w.pending, w.retryAt = data, time.Now().Add(w.backoff)
-		if err.Error() != w.lastErr {
+		if w.refused(data, err) {
 			w.log.Error("config edit rejected, running config kept", "file", w.path, "err", err,
 				"retry_in", w.backoff.String())
 		}
-		w.lastErr = err.Error()
 		return
 	}
 	w.pending = nil
@@ -130,6 +131,16 @@ func (w *watcher) check() {
 	if len(needRestart) > 0 {
 		w.log.Warn("config edits that take effect only after a restart", "settings", needRestart)
 	}
+}
+
+// refused keeps data, an edit the server refused for err, to be tried
+// again after the next backoff; it reports whether the reason is new.
+func (w *watcher) refused(data []byte, err error) bool {
+	w.backoff = min(max(2*w.backoff, watchPeriod), maxRetry)
+	w.pending, w.retryAt = data, time.Now().Add(w.backoff)
+	isNew := err.Error() != w.lastErr
+	w.lastErr = err.Error()
+	return isNew
 }
 
 // Stop ends the watcher.
