@@ -82,7 +82,7 @@ func TestParseNodeThrottle(t *testing.T) {
 		err  string
 	}{
 		{`{}`, cur, ""},
-		{``, cur, ""},
+		{``, cur, "value is not valid JSON: it is empty (send a JSON object)"},
 		{`{"capacity": 100}`, NodeSettings{100, 1666, -1}, ""},
 		{`{"default_throttle_reserved_units": 5, "default_throttle_hard_limit": "unlimited"}`, NodeSettings{25000, 5, -1}, ""},
 		{`{"default_throttle_reserved_units": 5, "default_throttle_hard_limit": 5}`, NodeSettings{25000, 5, 5}, ""},
@@ -120,7 +120,7 @@ func TestParseBucketThrottle(t *testing.T) {
 		res, hard int64
 		err       string
 	}{
-		{``, Unlimited, Unlimited, ""},
+		{``, 0, 0, "value is not valid JSON: it is empty (send a JSON object)"},
 		{`{}`, Unlimited, Unlimited, ""},
 		{`{"reserved": "unlimited"}`, Unlimited, Unlimited, ""},
 		{`{"reserved": 0}`, 0, Unlimited, ""},

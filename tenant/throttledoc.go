@@ -71,7 +71,7 @@ func docErrorf(format string, args ...any) error {
 
 // ParseBucketThrottle parses a SetBucketThrottleProperties (0x2a) value,
 // {"reserved":…, "hard_limit":…}, each a non-negative integer or
-// "unlimited"; a missing field (and an empty value) means "unlimited".
+// "unlimited"; a missing field means "unlimited".
 // Errors match ErrInvalidSettings and their text is the reason for the
 // client. It does not check reserved ≤ hard_limit: Settings.Validate does,
 // on the bucket's whole settings.
@@ -97,7 +97,7 @@ func ParseBucketThrottle(value []byte) (reserved, hard int64, err error) {
 //	 "deadline_ms":N, "deadline_percentile":N, "expected_execution_us":N}
 //
 // reserved and hard_limit keep ParseBucketThrottle's meaning: a missing one
-// is "unlimited" (so {} and an empty value lift both limits). A missing
+// is "unlimited" (so {} lifts both limits). A missing
 // section-7 field leaves that setting unchanged; a present one is a
 // non-negative integer, 0 meaning "no per-bucket limit" (for
 // queue_timeout_ms: the node's ingress.queue_timeout_ms; for
@@ -219,13 +219,15 @@ func (n NodeSettings) Validate() error {
 }
 
 // throttleDoc checks a throttle command's value: at most MaxThrottleDocLen
-// bytes of a JSON object whose keys are among allowed. Empty means {}.
+// bytes of a JSON object whose keys are among allowed. An empty value is
+// not JSON: refused, so that a client that lost its body does not lift a
+// bucket's limits (kv_engine's JSON parse refuses it too).
 func throttleDoc(value []byte, allowed ...string) (gjson.Result, error) {
 	if err := CheckDocLen(value); err != nil {
 		return gjson.Result{}, err
 	}
 	if len(value) == 0 {
-		value = []byte("{}")
+		return gjson.Result{}, &docError{"value is not valid JSON: it is empty (send a JSON object)"}
 	}
 	if !gjson.ValidBytes(value) {
 		return gjson.Result{}, &docError{"value is not valid JSON"}

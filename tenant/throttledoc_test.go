@@ -15,7 +15,7 @@ func TestParseBucketSettings(t *testing.T) {
 	}{
 		// reserved and hard_limit: missing means unlimited (SPEC 5);
 		// section-7 fields: missing means unchanged.
-		{``, func() Settings { s := cur; s.Reserved, s.HardLimit = Unlimited, Unlimited; return s }()},
+		{`{}`, func() Settings { s := cur; s.Reserved, s.HardLimit = Unlimited, Unlimited; return s }()},
 		{`{"reserved":5,"hard_limit":"unlimited"}`, func() Settings { s := cur; s.Reserved, s.HardLimit = 5, Unlimited; return s }()},
 		{`{"reserved":100,"hard_limit":200,"max_concurrent":2,"max_queued":4,"queue_timeout_ms":5}`,
 			func() Settings {
@@ -45,6 +45,7 @@ func TestParseBucketSettings(t *testing.T) {
 		`{"reserved":300,"hard_limit":200}`:        `reserved 300 exceeds hard_limit 200`,
 		`{"max_concurrent":2,"max_concurrent":3,}`: `value is not valid JSON`,
 		`[1]`:                            `value must be a JSON object`,
+		``:                               `value is not valid JSON: it is empty (send a JSON object)`,
 		`{"max_concurrent":99999999999}`: `max_concurrent 99999999999 is too large`,
 	} {
 		got, err := ParseBucketSettings([]byte(in), cur)
