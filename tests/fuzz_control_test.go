@@ -175,7 +175,7 @@ func (w *fuzzWorker) genBucketThrottle(admin bool) binItem {
 	case 1:
 		body, st = fmt.Sprintf(`{"reserved": %d, "hard_limit": %d}`, reserved, reserved-1), mc.StatusInvalidArguments
 	case 2:
-		body, st = pick(w.rng.IntN(3), `{"reserved": "lots"}`, `not json`, `{"reserved": 5000`), mc.StatusInvalidArguments
+		body, st = pick(w.rng.IntN(4), `{"reserved": "lots"}`, `not json`, `{"reserved": 5000`, ``), mc.StatusInvalidArguments
 	}
 	switch {
 	case !admin:
@@ -192,7 +192,7 @@ func (w *fuzzWorker) genBucketThrottle(admin bool) binItem {
 func (w *fuzzWorker) genNodeThrottle(admin bool) binItem {
 	body, st := fmt.Sprintf(`{"capacity": %d}`, 40000+w.rng.IntN(40000)), mc.StatusOK
 	if w.rng.IntN(3) == 0 {
-		body, st = pick(w.rng.IntN(3), `{"capacity": "x"}`, `[1,2]`, `{"capacity": 1`), mc.StatusInvalidArguments
+		body, st = pick(w.rng.IntN(4), `{"capacity": "x"}`, `[1,2]`, `{"capacity": 1`, ``), mc.StatusInvalidArguments
 	}
 	if !admin {
 		st = mc.StatusAccessDenied
