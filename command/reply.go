@@ -264,24 +264,24 @@ func reasonOf(err, sentinel error) string {
 	return s
 }
 
-// DeadlineRefusal encodes the 0x86 of a command the gate refused,
+// DeadlineRefusal encodes the 0x86 of a command of bucket the gate refused,
 // without allocating once e's scratch buffer has grown: with XERROR
-// {"error":{"context":"deadline 50 ms cannot be met: …","retry_after_us":N}},
+// {"error":{"context":"deadline 50 ms cannot be met: … in bucket B","retry_after_us":N}},
 // otherwise the reason followed by " retry_after_us=N". The reason is plain
 // ASCII without quotes or backslashes, so it needs no JSON escaping.
-func (e *Encoder) DeadlineRefusal(dst []byte, req *binary.Request, g ingress.Grant, capacity int, retry time.Duration) []byte {
+func (e *Encoder) DeadlineRefusal(dst []byte, req *binary.Request, g ingress.Grant, bucket string, capacity int, retry time.Duration) []byte {
 	us := int64((retry + time.Microsecond - 1) / time.Microsecond)
 	body := e.scratch[:0]
 	res := binary.Response{Opcode: req.Opcode, Status: binary.StatusTemporaryFailure, Opaque: req.Opaque}
 	if e.Features&FeatXError != 0 {
 		res.Datatype = binary.DatatypeJSON
 		body = append(body, `{"error":{"context":"`...)
-		body = g.AppendReason(body, capacity)
+		body = g.AppendReason(body, bucket, capacity)
 		body = append(body, `","retry_after_us":`...)
 		body = strconv.AppendInt(body, us, 10)
 		body = append(body, "}}"...)
 	} else {
-		body = g.AppendReason(body, capacity)
+		body = g.AppendReason(body, bucket, capacity)
 		body = append(body, " retry_after_us="...)
 		body = strconv.AppendInt(body, us, 10)
 	}

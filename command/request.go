@@ -147,8 +147,8 @@ func (r *Request) Stale(now time.Time) (time.Duration, bool) {
 	return now.Sub(r.Grant.Due().Add(-r.Grant.Deadline())), r.Grant.Passed(now)
 }
 
-// DeadlinePassedReason is the 0x86 reason of a command whose deadline passed
-// while it waited for a ticket.
-func DeadlinePassedReason(waited time.Duration) string {
-	return "deadline passed after " + strconv.FormatInt(waited.Milliseconds(), 10) + " ms in the queue"
+// DeadlinePassedReason is the 0x86 reason of a command of bucket whose
+// deadline passed while it waited for a ticket.
+func DeadlinePassedReason(waited time.Duration, bucket string) string {
+	return "deadline passed after " + strconv.FormatInt(waited.Milliseconds(), 10) + " ms in the queue of bucket " + bucket
 }

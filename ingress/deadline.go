@@ -186,11 +186,11 @@ func (g Grant) Passed(now time.Time) bool {
 }
 
 // AppendReason appends the plain-text reason for a refused Grant (Admit's ok false)
-// to dst: "deadline 50 ms cannot be met: write p90 2000 us + queue ~34000 us (5.440000
-// of 8 tickets accepted) + 0 us waited before admission > 35000 us (70% of the
-// deadline)". The queue figure is the wait Admit predicted from the ledger it saw.
-// capacity is the one given to Admit.
-func (g Grant) AppendReason(dst []byte, capacity int) []byte {
+// of a command of bucket to dst: "deadline 50 ms cannot be met: write p90 2000 us +
+// queue ~34000 us (5.440000 of 8 tickets accepted) + 0 us waited before admission >
+// 35000 us (70% of the deadline) in bucket B". The queue figure is the wait Admit
+// predicted from the ledger it saw. capacity is the one given to Admit.
+func (g Grant) AppendReason(dst []byte, bucket string, capacity int) []byte {
 	dst = append(dst, "deadline "...)
 	dst = strconv.AppendInt(dst, g.deadline.Milliseconds(), 10)
 	dst = append(dst, " ms cannot be met: "...)
@@ -211,7 +211,8 @@ func (g Grant) AppendReason(dst []byte, capacity int) []byte {
 	dst = strconv.AppendInt(dst, (g.deadline * TargetPercent / 100).Microseconds(), 10)
 	dst = append(dst, " us ("...)
 	dst = strconv.AppendInt(dst, TargetPercent, 10)
-	return append(dst, "% of the deadline)"...)
+	dst = append(dst, "% of the deadline) in bucket "...)
+	return append(dst, bucket...)
 }
 
 // queueWait is the wait the gate predicts behind accepted Micro in a pool of capacity

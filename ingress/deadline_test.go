@@ -74,8 +74,8 @@ func TestDeadlineAdmitPredictsCompletion(t *testing.T) {
 	if ok || retry != 5*time.Millisecond {
 		t.Fatalf("7th: ok=%v retry=%v, want refused with 5ms", ok, retry)
 	}
-	reason := string(gr.AppendReason(nil, 2))
-	want := "deadline 50 ms cannot be met: write p90 10000 us + queue ~30000 us (1.200000 of 2 tickets accepted) + 0 us waited before admission > 35000 us (70% of the deadline)"
+	reason := string(gr.AppendReason(nil, "b", 2))
+	want := "deadline 50 ms cannot be met: write p90 10000 us + queue ~30000 us (1.200000 of 2 tickets accepted) + 0 us waited before admission > 35000 us (70% of the deadline) in bucket b"
 	if reason != want {
 		t.Fatalf("reason %q\nwant   %q", reason, want)
 	}
@@ -119,8 +119,8 @@ func TestDeadlineAdmitCountsTimeWaited(t *testing.T) {
 	if ok || retry != time.Microsecond {
 		t.Fatalf("waited 6 ms: ok=%v retry=%v, want refused, retry 1µs", ok, retry)
 	}
-	want := "deadline 50 ms cannot be met: write p90 10000 us + queue ~20000 us (0.800000 of 2 tickets accepted) + 6000 us waited before admission > 35000 us (70% of the deadline)"
-	if reason := string(gr.AppendReason(nil, 2)); reason != want {
+	want := "deadline 50 ms cannot be met: write p90 10000 us + queue ~20000 us (0.800000 of 2 tickets accepted) + 6000 us waited before admission > 35000 us (70% of the deadline) in bucket b"
+	if reason := string(gr.AppendReason(nil, "b", 2)); reason != want {
 		t.Fatalf("reason %q\nwant   %q", reason, want)
 	}
 	if b.Fits(Write, 2, now.Add(-6*time.Millisecond), now) || !b.Fits(Write, 2, now.Add(-5*time.Millisecond), now) {
@@ -204,7 +204,7 @@ func TestDeadlineQueueChargedAtMean(t *testing.T) {
 	for range 50 {
 		gr, ok, _ := b.Admit(Write, 8, dt0, dt0)
 		if !ok {
-			t.Fatalf("refused with %d ahead: %s", len(ahead), gr.AppendReason(nil, 8))
+			t.Fatalf("refused with %d ahead: %s", len(ahead), gr.AppendReason(nil, "b", 8))
 		}
 		ahead = append(ahead, gr)
 	}

@@ -137,7 +137,7 @@ func (s *Server) checkDeadline(c *conn, req *mc.Request, pool ingress.Pool, arri
 	}
 	c.bucket.Throttle().CountRejected()
 	c.throttledFor = 0 // the command is answered: its throttle wait is not the next one's
-	c.out = c.enc.DeadlineRefusal(c.out, req, g, capacity, retry)
+	c.out = c.enc.DeadlineRefusal(c.out, req, g, c.bucket.Name(), capacity, retry)
 	return admitAnswered
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 
 	"kvd/catalog"
@@ -143,7 +144,7 @@ func (c *conn) anonymous() {
 // data commands' 0x08 says why (noBucketReason).
 func (c *conn) autoSelect(b *catalog.Bucket) {
 	if c.bucketFull(b) {
-		c.noBucket = "no bucket selected: bucket " + b.Name() + " has max_connections_per_bucket connections"
+		c.noBucket = fmt.Sprintf("no bucket selected: bucket %s has max_connections_per_bucket=%d connections", b.Name(), c.srv.limits().MaxConnectionsPerBucket)
 		return
 	}
 	c.selectBucket(b)
@@ -195,7 +196,7 @@ func (c *conn) selectByName(req *mc.Request) {
 		return
 	}
 	if c.bucketFull(b) {
-		c.replyError(req, mc.StatusBusy, "too many connections to bucket "+name)
+		c.replyError(req, mc.StatusBusy, fmt.Sprintf("too many connections to bucket %s (max_connections_per_bucket=%d)", name, c.srv.limits().MaxConnectionsPerBucket))
 		return
 	}
 	c.selectBucket(b)

@@ -85,8 +85,8 @@ func TestLoopDeadlineExpiredAtGrant(t *testing.T) {
 	f.waitWake(t)
 	c.onTraffic()
 	rs := f.replies(t)
-	if len(rs) != 1 || rs[0].Status != mc.StatusTemporaryFailure || string(rs[0].Value) != "deadline passed after 60 ms in the queue" {
-		t.Fatalf("replies %+v, want one 0x86 \"deadline passed after 60 ms in the queue\"", rs)
+	if len(rs) != 1 || rs[0].Status != mc.StatusTemporaryFailure || string(rs[0].Value) != "deadline passed after 60 ms in the queue of bucket b" {
+		t.Fatalf("replies %+v, want one 0x86 \"deadline passed after 60 ms in the queue of bucket b\"", rs)
 	}
 	if st := s.ingress.Stats().Write; st.Out != 0 || st.QueueLength != 0 {
 		t.Fatalf("ticket not given back: %+v", st)
@@ -146,7 +146,7 @@ func TestLoopDeadlineLedgerBalances(t *testing.T) {
 // TestLoopDeadlineCountsInputAndExpiresAtTick: a SET pipelined behind one
 // that waits for a ticket sits in the connection's input for 45 ms; its
 // deadline counts from its arrival there, not from its decoding. Queued in
-// turn, it is answered 0x86 "deadline passed after 51 ms in the queue" by
+// turn, it is answered 0x86 "deadline passed after 51 ms in the queue of bucket b" by
 // the housekeeping tick's ingress.Expire once 50 ms have passed since it
 // arrived, while the ticket it waits for is still held, and it never runs.
 func TestLoopDeadlineCountsInputAndExpiresAtTick(t *testing.T) {
@@ -179,8 +179,8 @@ func TestLoopDeadlineCountsInputAndExpiresAtTick(t *testing.T) {
 	c.onTraffic()
 	rs := f.replies(t)
 	if len(rs) != 2 || rs[1].Opaque != 2 || rs[1].Status != mc.StatusTemporaryFailure ||
-		string(rs[1].Value) != "deadline passed after 51 ms in the queue" {
-		t.Fatalf("replies %+v, want B's 0x86 \"deadline passed after 51 ms in the queue\"", rs)
+		string(rs[1].Value) != "deadline passed after 51 ms in the queue of bucket b" {
+		t.Fatalf("replies %+v, want B's 0x86 \"deadline passed after 51 ms in the queue of bucket b\"", rs)
 	}
 	if st := s.ingress.Stats().Write; st.Out != 1 || st.QueueLength != 0 || st.Expired != 0 {
 		t.Fatalf("write pool %+v: want the held ticket out, nobody queued, no queue timeout", st)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"kvd/catalog"
+	"kvd/server/options"
 	"kvd/tenant"
 )
 
@@ -48,29 +49,7 @@ func (s *Server) Reconfigure(next Options) (needRestart []string, err error) {
 	if err := s.ingress.Reconfigure(&next.Ingress, s.opts.Now()); err != nil {
 		return nil, err
 	}
-	return s.restartNeeded(&next), nil
-}
-
-// restartNeeded lists the settings that differ from the running ones but
-// only take effect at start.
-func (s *Server) restartNeeded(next *Options) []string {
-	var out []string
-	check := func(name string, changed bool) {
-		if changed {
-			out = append(out, name)
-		}
-	}
-	o := &s.opts
-	check("listen", next.Listen != o.Listen)
-	check("data dir", next.DataDir != o.DataDir)
-	check("wal_sync", next.DisableWALSync != o.DisableWALSync)
-	check("item_cache_bytes", next.ItemCacheSize != 0 && next.ItemCacheSize != o.ItemCacheSize)
-	check("max_frame_size", next.MaxFrameSize != o.MaxFrameSize)
-	check("max_item_size", next.MaxItemSize != o.MaxItemSize)
-	p, q := next.Ingress.Probe, o.Ingress.Probe
-	check("ingress.probe (other than read_write_ratio)", p.Min != q.Min || p.Max != q.Max || p.Initial != q.Initial ||
-		p.Interval != q.Interval || p.EMAWeight != q.EMAWeight || p.Step != q.Step)
-	return out
+	return options.RestartNeeded(&s.opts, &next), nil
 }
 
 // UsersChanged implements catalog.Observer: in a cluster, users that

@@ -153,7 +153,7 @@ func TestDeadlineCannotBeMet(t *testing.T) {
 		}
 		ctx := xerrorContext(t, res)
 		m := cannotBeMet.FindStringSubmatch(ctx)
-		if m == nil || !strings.HasPrefix(ctx, "deadline 10 ms cannot be met: write") {
+		if m == nil || !strings.HasPrefix(ctx, "deadline 10 ms cannot be met: write") || !strings.HasSuffix(ctx, "% of the deadline) in bucket dl") {
 			t.Errorf("reason %q, want %s", ctx, cannotBeMet)
 		} else if us, _ := strconv.Atoi(m[1]); us < 10000 || time.Duration(us)*time.Microsecond > time.Since(t0) {
 			t.Errorf("waited %d µs before admission: want ≥ 10000 and no more than the %v the pair took", us, time.Since(t0))
@@ -327,9 +327,9 @@ func TestDeadlineExpiredInQueue(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("reason %q after %v", reason, took)
-	m := regexp.MustCompile(`^deadline passed after (\d+) ms in the queue$`).FindStringSubmatch(reason)
+	m := regexp.MustCompile(`^deadline passed after (\d+) ms in the queue of bucket default$`).FindStringSubmatch(reason)
 	if m == nil {
-		t.Fatalf("probe refused with %q, want \"deadline passed after N ms in the queue\"", reason)
+		t.Fatalf("probe refused with %q, want \"deadline passed after N ms in the queue of bucket default\"", reason)
 	}
 	if n, _ := strconv.Atoi(m[1]); n < 20 {
 		t.Errorf("waited %d ms: the deadline is 20 ms", n)

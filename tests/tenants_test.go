@@ -407,8 +407,9 @@ func TestTenantMaxConnectionsPerBucket(t *testing.T) {
 	if st := first.selectBucket("app"); st != mc.StatusOK {
 		t.Fatalf("re-selecting app on a connection that has it: %v", st)
 	}
-	if st := third.selectBucket("app"); st != mc.StatusBusy {
-		t.Fatalf("third alice connection selects app: status %v, want 0x85", st)
+	if res := third.call(&mc.Request{Magic: mc.MagicRequest, Opcode: mc.OpSelectBucket, Key: []byte("app")}); res.Status != mc.StatusBusy ||
+		string(res.Value) != "too many connections to bucket app (max_connections_per_bucket=2)" {
+		t.Fatalf("third alice connection selects app: status %v %q, want 0x85 naming the limit", res.Status, res.Value)
 	}
 	third.expectStatus("GET on the refused connection", reqWith(mc.OpGet, 1, nil, "k", ""), mc.StatusNoBucket)
 	admin := dialRaw(t, k.Addr)
@@ -451,7 +452,7 @@ func TestMaxConnectionsPerBucketAutomaticSelection(t *testing.T) {
 	refused := func(what string, c *rawConn) {
 		t.Helper()
 		res := c.expectStatus(what, get, mc.StatusNoBucket)
-		if !strings.Contains(string(res.Value), "max_connections_per_bucket") {
+		if !strings.Contains(string(res.Value), "max_connections_per_bucket=2") {
 			t.Errorf("%s: 0x08 says %q, not why", what, res.Value)
 		}
 	}
@@ -465,7 +466,7 @@ func TestMaxConnectionsPerBucketAutomaticSelection(t *testing.T) {
 		case mc.StatusKeyNotFound:
 			in = append(in, c)
 		case mc.StatusNoBucket:
-			if !strings.Contains(string(res.Value), "max_connections_per_bucket") {
+			if !strings.Contains(string(res.Value), "max_connections_per_bucket=2") {
 				t.Errorf("anonymous connection %d: 0x08 says %q, not why", i+1, res.Value)
 			}
 		default:

@@ -135,7 +135,7 @@ func (b *Batch) Due() time.Time {
 // owner.
 func (b *Batch) deadlinePassed(r *command.Request, waited time.Duration) {
 	r.ExpireDeadline()
-	r.Status, r.Reason = binary.StatusTemporaryFailure, command.DeadlinePassedReason(waited)
+	r.Status, r.Reason = binary.StatusTemporaryFailure, command.DeadlinePassedReason(waited, b.Bucket.Name())
 	b.Out = b.Enc.Result(b.Out, r)
 	b.finish()
 }

@@ -219,3 +219,25 @@ func DefaultItemCacheSize() int64 { return engine.ItemCacheSizeFor(netmem.Memory
 // DefaultMaxBufferBytes is the network memory budget's default: an eighth
 // of the memory kvd may use (netmem.DefaultBudget).
 func DefaultMaxBufferBytes() int64 { return netmem.DefaultBudget() }
+
+// RestartNeeded lists the settings of next that differ from the running
+// ones (cur) but take effect only at start.
+func RestartNeeded(cur, next *Options) []string {
+	var out []string
+	check := func(name string, changed bool) {
+		if changed {
+			out = append(out, name)
+		}
+	}
+	o := cur
+	check("listen", next.Listen != o.Listen)
+	check("data dir", next.DataDir != o.DataDir)
+	check("wal_sync", next.DisableWALSync != o.DisableWALSync)
+	check("item_cache_bytes", next.ItemCacheSize != 0 && next.ItemCacheSize != o.ItemCacheSize)
+	check("max_frame_size", next.MaxFrameSize != o.MaxFrameSize)
+	check("max_item_size", next.MaxItemSize != o.MaxItemSize)
+	p, q := next.Ingress.Probe, o.Ingress.Probe
+	check("ingress.probe (other than read_write_ratio)", p.Min != q.Min || p.Max != q.Max || p.Initial != q.Initial ||
+		p.Interval != q.Interval || p.EMAWeight != q.EMAWeight || p.Step != q.Step)
+	return out
+}
