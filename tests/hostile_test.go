@@ -507,27 +507,45 @@ func TestValueOverTheFrameCap(t *testing.T) {
 // TestValueOnAValuelessCommandRefusedAtHeader: a GET (or DELETE, NOOP…)
 // whose header announces a value is answered 0x04 at its header, as
 // memcached does, and its body is discarded as it comes instead of being
-// buffered: a client that announces 19 MB and stalls costs a header.
+// buffered: a client that announces 19 MB and stalls costs a header. So is
+// a command whose value is bounded (SASL_AUTH, HELLO, the admin commands:
+// at most binary.MaxSmallValue) announcing more, before any login, and an
+// unknown opcode is answered 0x81 at its header.
 func TestValueOnAValuelessCommandRefusedAtHeader(t *testing.T) {
 	t.Parallel()
 	k := startKVD(t, testConfig)
-	c := dialRaw(t, k.Addr)
-	const body = 19_000_000
-	hdr := mc.AppendRequest(nil, reqWith(mc.OpGet, 91, nil, "k", ""))[:mc.HeaderLen]
-	n := uint32(body)
-	hdr[8], hdr[9], hdr[10], hdr[11] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
-	if _, err := c.nc.Write(append(hdr, 'k')); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		op     mc.Opcode
+		key    string
+		body   int
+		status mc.Status
+		reason string
+	}{
+		{mc.OpGet, "k", 19_000_000, mc.StatusInvalidArguments, "must not have a value"},
+		{mc.OpSASLAuth, "PLAIN", 5_000_000, mc.StatusInvalidArguments, "SASL_AUTH value is 4999995 bytes, limit 4096"},
+		{mc.OpSetBucketThrottle, "app", 5_000_000, mc.StatusInvalidArguments, "value is 4999997 bytes, limit 4096"},
+		{mc.OpCreateBucket, "new", 5_000_000, mc.StatusInvalidArguments, "value is 4999997 bytes, limit 4096"},
+		{mc.Opcode(0x5f), "k", 5_000_000, mc.StatusUnknownCommand, "Unknown command"},
+	} {
+		c := dialRaw(t, k.Addr)
+		hdr := mc.AppendRequest(nil, reqWith(tc.op, 91, nil, tc.key, ""))[:mc.HeaderLen]
+		n := uint32(tc.body)
+		hdr[8], hdr[9], hdr[10], hdr[11] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
+		if _, err := c.nc.Write(append(hdr, tc.key...)); err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.tryRecv(5 * time.Second)
+		if err != nil || res.Status != tc.status || res.Opaque != 91 || !strings.Contains(string(res.Value), tc.reason) {
+			t.Fatalf("%v announcing a %d-byte body, before it: %+v, %v; want %v %q at once", tc.op, tc.body, res, err, tc.status, tc.reason)
+		}
+		if held := generalStat(t, k.Addr, "buffer_bytes"); held > 1<<20 {
+			t.Errorf("%v announcing %d bytes: buffer_bytes %d", tc.op, tc.body, held)
+		}
+		if _, err := c.nc.Write(make([]byte, tc.body-len(tc.key))); err != nil { // the rest, discarded
+			t.Fatal(err)
+		}
+		wantUsable(t, c)
 	}
-	res, err := c.tryRecv(5 * time.Second)
-	if err != nil || res.Status != mc.StatusInvalidArguments || res.Opaque != 91 ||
-		!strings.Contains(string(res.Value), "must not have a value") {
-		t.Fatalf("GET announcing a %d-byte body, before it: %+v, %v; want 0x04 at once", body, res, err)
-	}
-	if _, err := c.nc.Write(make([]byte, body-1)); err != nil { // the rest, discarded
-		t.Fatal(err)
-	}
-	wantUsable(t, c)
 }
 
 // TestInvalidArgumentsBeforeTooLarge: a storage command whose value is over

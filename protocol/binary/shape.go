@@ -22,10 +22,18 @@ const (
 // extras lengths: bit n set means n bytes are legal. No opcode takes 32 bytes
 // of extras or more.
 type shape struct {
-	extras uint32
-	key    rule
-	value  rule
+	extras   uint32
+	key      rule
+	value    rule
+	maxValue int // > 0: the value's largest length (MaxSmallValue); 0: the item size bounds it
 }
+
+// MaxSmallValue bounds the value of every command that takes one but is
+// not a storage command: HELLO's features, SASL credentials, the admin
+// commands' JSON (which kvd caps at 1 KiB). A header that announces more
+// is refused at once (ValueBounded), so that a frame that can never be
+// valid holds no memory while its body arrives.
+const MaxSmallValue = 4096
 
 // The shapes, named after the commands that use them. They follow memcached
 // 1.6's dispatch_bin_command, checked against the real server: every frame
@@ -34,21 +42,21 @@ type shape struct {
 // (TOUCH with a value, which it then misparses as part of the key and loses
 // the stream), kvd is stricter.
 var (
-	getShape          = shape{extras: 1 << 0, key: required, value: forbidden}       // GET GETQ GETK GETKQ
-	storeShape        = shape{extras: 1 << 8, key: required, value: optional}        // SET ADD REPLACE (+Q): flags, expiry
-	deleteShape       = shape{extras: 1 << 0, key: required, value: forbidden}       // DELETE DELETEQ
-	arithShape        = shape{extras: 1 << 20, key: required, value: forbidden}      // INCR DECR (+Q): delta, initial, expiry
-	emptyShape        = shape{extras: 1 << 0, key: forbidden, value: forbidden}      // QUIT NOOP VERSION SASL_LIST_MECHS LIST_BUCKETS
-	flushShape        = shape{extras: 1<<0 | 1<<4, key: forbidden, value: forbidden} // FLUSH FLUSHQ: optional delay
-	concatShape       = shape{extras: 1 << 0, key: required, value: optional}        // APPEND PREPEND (+Q)
-	statShape         = shape{extras: 1 << 0, key: optional, value: forbidden}       // STAT [group]
-	verbosityShape    = shape{extras: 1 << 4, key: forbidden, value: forbidden}      // VERBOSITY level
-	touchShape        = shape{extras: 1 << 4, key: required, value: forbidden}       // TOUCH GAT GATQ GATK GATKQ: expiry
-	helloShape        = shape{extras: 1 << 0, key: optional, value: evenLength}      // HELLO agent, u16 features
-	saslAuthShape     = shape{extras: 1 << 0, key: required, value: optional}        // SASL_AUTH mechanism, challenge
-	keyedAdminShape   = shape{extras: 1 << 0, key: required, value: optional}        // bucket name, optional JSON
-	unkeyedAdminShape = shape{extras: 1 << 0, key: forbidden, value: optional}       // SetNodeThrottleProperties JSON
-	selectShape       = shape{extras: 1 << 0, key: required, value: forbidden}       // SELECT_BUCKET name
+	getShape          = shape{extras: 1 << 0, key: required, value: forbidden}                           // GET GETQ GETK GETKQ
+	storeShape        = shape{extras: 1 << 8, key: required, value: optional}                            // SET ADD REPLACE (+Q): flags, expiry
+	deleteShape       = shape{extras: 1 << 0, key: required, value: forbidden}                           // DELETE DELETEQ
+	arithShape        = shape{extras: 1 << 20, key: required, value: forbidden}                          // INCR DECR (+Q): delta, initial, expiry
+	emptyShape        = shape{extras: 1 << 0, key: forbidden, value: forbidden}                          // QUIT NOOP VERSION SASL_LIST_MECHS LIST_BUCKETS
+	flushShape        = shape{extras: 1<<0 | 1<<4, key: forbidden, value: forbidden}                     // FLUSH FLUSHQ: optional delay
+	concatShape       = shape{extras: 1 << 0, key: required, value: optional}                            // APPEND PREPEND (+Q)
+	statShape         = shape{extras: 1 << 0, key: optional, value: forbidden}                           // STAT [group]
+	verbosityShape    = shape{extras: 1 << 4, key: forbidden, value: forbidden}                          // VERBOSITY level
+	touchShape        = shape{extras: 1 << 4, key: required, value: forbidden}                           // TOUCH GAT GATQ GATK GATKQ: expiry
+	helloShape        = shape{extras: 1 << 0, key: optional, value: evenLength, maxValue: MaxSmallValue} // HELLO agent, u16 features
+	saslAuthShape     = shape{extras: 1 << 0, key: required, value: optional, maxValue: MaxSmallValue}   // SASL_AUTH mechanism, challenge
+	keyedAdminShape   = shape{extras: 1 << 0, key: required, value: optional, maxValue: MaxSmallValue}   // bucket name, optional JSON
+	unkeyedAdminShape = shape{extras: 1 << 0, key: forbidden, value: optional, maxValue: MaxSmallValue}  // SetNodeThrottleProperties JSON
+	selectShape       = shape{extras: 1 << 0, key: required, value: forbidden}                           // SELECT_BUCKET name
 )
 
 // CheckShape reports whether the extras, key and value lengths of req are
@@ -91,13 +99,19 @@ func checkLens(op Opcode, extras, key, value int) error {
 	if key > MaxKeyLen {
 		return fmt.Errorf("%w: %v key is %d bytes, limit %d", ErrInvalidShape, op, key, MaxKeyLen)
 	}
+	if s.maxValue > 0 && value > s.maxValue {
+		return fmt.Errorf("%w: %v value is %d bytes, limit %d", ErrInvalidShape, op, value, s.maxValue)
+	}
 	return s.value.check(op, "value", value)
 }
 
-// ValueForbidden reports whether op is a known command that takes no value
-// (GET, DELETE, NOOP, …): a header announcing one is refused at once.
-func ValueForbidden(op Opcode) bool {
-	return opTable[op].known && opTable[op].shape.value == forbidden
+// ValueBounded reports whether op is a known command that takes no value
+// (GET, DELETE, NOOP, …) or at most MaxSmallValue bytes of one (HELLO,
+// SASL_AUTH, the admin commands): a header announcing more is refused at
+// once.
+func ValueBounded(op Opcode) bool {
+	s := &opTable[op].shape
+	return opTable[op].known && (s.value == forbidden || s.maxValue > 0)
 }
 
 // check applies r to a part of n bytes called what.
