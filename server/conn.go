@@ -581,7 +581,9 @@ func (c *conn) close() {
 // protocolError answers an undecodable frame with 0x04 when its header can
 // be echoed, then closes the connection.
 func (c *conn) protocolError(req *binary.Request, have int, err error) gnet.Action {
-	c.srv.log.Info("closing connection", "remote", c.remote, "reason", err.Error())
+	if ok, more := c.srv.closedLog.Allow(c.now); ok {
+		c.srv.log.Info("closing connection", "remote", c.remote, "reason", err.Error(), "more_not_logged", more)
+	}
 	if have >= binary.HeaderLen {
 		c.replyError(req, binary.StatusInvalidArguments, err.Error())
 	}

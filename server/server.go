@@ -16,6 +16,7 @@ import (
 	"kvd/engine"
 	"kvd/ingress"
 	"kvd/internal/gnetlog"
+	"kvd/internal/lograte"
 	"kvd/internal/version"
 	"kvd/netmem"
 	"kvd/observe"
@@ -43,6 +44,8 @@ type Server struct {
 	pid      int
 	// fileRefused: the config file's edit the catalog refused at start.
 	fileRefused error
+	// At most a line a second for what clients can repeat at will.
+	refusedLog, closedLog lograte.Limiter
 
 	eng      gnet.Engine
 	booted   chan struct{}
@@ -195,9 +198,11 @@ func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
 func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	if s.currConns.Add(1) > int64(s.limits().MaxConnections) || s.stopping.Load() {
 		s.currConns.Add(-1)
-		s.log.Warn("connection refused", "remote", gc.RemoteAddr().String(),
-			"reason", "max_connections", "limit", s.limits().MaxConnections)
-		return nil, gnet.Close
+		if ok, more := s.refusedLog.Allow(s.opts.Now()); ok {
+			s.log.Warn("connection refused", "remote", gc.RemoteAddr().String(),
+				"reason", "max_connections", "limit", s.limits().MaxConnections, "more_not_logged", more)
+		}
+		return []byte("ERROR Too many open connections\r\n"), gnet.Close // memcached's words
 	}
 	s.totalConns.Add(1)
 	remote := ""
@@ -292,7 +297,9 @@ func (s *Server) holders(yield func(*netmem.Holder) bool) {
 func (s *Server) closeIdle(before int64) {
 	s.eachConn(func(c *conn) bool {
 		if p := c.partialSince.Load(); p != 0 && p < before {
-			s.log.Info("closing connection", "remote", c.remote, "reason", "unfinished frame past idle timeout")
+			if ok, more := s.closedLog.Allow(s.opts.Now()); ok {
+				s.log.Info("closing connection", "remote", c.remote, "reason", "unfinished frame past idle timeout", "more_not_logged", more)
+			}
 			_ = c.gc.Close()
 		}
 		return true
