@@ -27,6 +27,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if !s.stopping.CompareAndSwap(false, true) {
 		return errors.New("server: already shut down")
 	}
+	s.logins.Drain() // logins waiting out a failure's delay are answered too
 	s.drain(ctx)
 	close(s.stopHouse)
 	<-s.houseDone

@@ -69,8 +69,9 @@ type LoginGate struct {
 	now func() time.Time
 	sem chan struct{} // one token per verification running
 
-	mu    sync.Mutex
-	addrs map[string]*loginAddr // guarded by mu
+	mu       sync.Mutex
+	addrs    map[string]*loginAddr // guarded by mu
+	draining bool                  // guarded by mu: Drain was called, attempts no longer wait
 }
 
 // loginAttempt is one queued attempt: verify reports success, done hands
@@ -85,6 +86,7 @@ type loginAttempt struct {
 type loginAddr struct {
 	queue   []loginAttempt // waiting, in arrival order
 	busy    bool           // an attempt is being verified, or a timer is pending
+	timer   *time.Timer    // the pending timer
 	fails   int            // failures not yet forgotten
 	last    time.Time      // last failure
 	notTill time.Time      // the next attempt may start then
@@ -127,10 +129,10 @@ func (g *LoginGate) scheduleLocked(a *loginAddr) {
 		return
 	}
 	a.busy = true
-	if wait := a.wait(g.now()); wait > 0 {
-		time.AfterFunc(wait, func() {
+	if wait := a.wait(g.now()); wait > 0 && !g.draining {
+		a.timer = time.AfterFunc(wait, func() {
 			g.mu.Lock()
-			a.busy = false
+			a.busy, a.timer = false, nil
 			g.scheduleLocked(a)
 			g.mu.Unlock()
 		})
@@ -140,6 +142,22 @@ func (g *LoginGate) scheduleLocked(a *loginAddr) {
 	a.queue[0] = loginAttempt{}
 	a.queue = a.queue[1:]
 	go g.verify(a, at)
+}
+
+// Drain stops the pacing: the attempts waiting and those to come start at
+// once (still bounded by the pool), so that a server shutting down answers
+// them within its grace period instead of closing their connections
+// unanswered.
+func (g *LoginGate) Drain() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.draining = true
+	for _, a := range g.addrs {
+		if a.timer != nil && a.timer.Stop() {
+			a.busy, a.timer = false, nil
+			g.scheduleLocked(a)
+		}
+	}
 }
 
 // verify runs one attempt on the bounded pool, records its outcome and

@@ -194,6 +194,27 @@ func TestLoginGateDelayAfterFailure(t *testing.T) {
 	wait(t, a2.done, "second answer")
 }
 
+// TestLoginGateDrain: after Drain an attempt waiting out a failure's delay
+// starts at once, and so does the next, the clock standing still.
+func TestLoginGateDrain(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	g := NewLoginGate(LoginOptions{Workers: 1, Now: clk.now})
+	a1 := submit(g, "10.0.0.1:1000")
+	wait(t, a1.started, "first attempt")
+	a1.finish <- false
+	wait(t, a1.done, "first answer")
+	a2 := submit(g, "10.0.0.1:1001")
+	notYet(t, a2.started, "the attempt after a failure, the clock standing still")
+	g.Drain()
+	wait(t, a2.started, "the waiting attempt once the gate drains")
+	a2.finish <- false
+	wait(t, a2.done, "second answer")
+	a3 := submit(g, "10.0.0.1:1002")
+	wait(t, a3.started, "an attempt after a failure while draining")
+	a3.finish <- true
+	wait(t, a3.done, "third answer")
+}
+
 // TestLoginGatePrune: past loginPrune addresses, the records of idle
 // addresses whose failures are forgotten are dropped.
 func TestLoginGatePrune(t *testing.T) {

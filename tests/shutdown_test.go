@@ -129,3 +129,47 @@ func checkAcked(t *testing.T, addr string, acked map[string]string) {
 		}
 	}
 }
+
+// TestShutdownAnswersWaitingLogins: logins waiting out the delay earlier
+// failures from their address earned are answered when kvd shuts down,
+// not closed unanswered at the end of the grace period.
+func TestShutdownAnswersWaitingLogins(t *testing.T) {
+	k := startKVD(t, testConfig)
+	sasl := func(user, password string, opaque uint32) *mc.Request {
+		return &mc.Request{Magic: mc.MagicRequest, Opcode: mc.OpSASLAuth, Key: []byte("PLAIN"), Opaque: opaque,
+			Value: []byte("\x00" + user + "\x00" + password)}
+	}
+	// Failures from 127.0.0.1 push its next attempts 50 ms, 100 ms, … up to
+	// 5 s apart: eight wrong passwords on connections kept open, then two
+	// right ones, queued behind them for about 10 s.
+	var conns []*rawConn
+	for i := range 10 {
+		c := dialRaw(t, k.Addr)
+		password := "wrong"
+		if i >= 8 {
+			password = "alice-pw"
+		}
+		c.write(mc.AppendRequest(nil, sasl("alice", password, uint32(i+1))))
+		conns = append(conns, c)
+	}
+	time.Sleep(500 * time.Millisecond)
+	_ = k.cmd.Process.Signal(syscall.SIGTERM)
+	for i, c := range conns[8:] {
+		res, err := c.tryRecv(2 * time.Second)
+		if err != nil {
+			t.Fatalf("right login %d: no answer within 2 s of SIGTERM: %v\n%s", i+1, err, k.tail())
+		}
+		if res.Status != mc.StatusOK {
+			t.Errorf("right login %d: %v %q, want it verified", i+1, res.Status, res.Value)
+		}
+	}
+	select {
+	case err := <-k.done:
+		if err != nil {
+			t.Fatalf("kvd exit after SIGTERM: %v\n%s", err, k.tail())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("kvd did not exit within 5 s of SIGTERM\n%s", k.tail())
+	}
+	k.cmd = nil
+}
