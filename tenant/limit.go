@@ -12,6 +12,11 @@ import (
 // turns throttling off for the bucket.
 const Unlimited int64 = -1
 
+// MaxLimit is the largest finite limit or capacity, in units per second:
+// far above any node's, and small enough that the sums the throttle keeps
+// (the reservations of every bucket) cannot overflow.
+const MaxLimit int64 = 1 << 40
+
 // unlimitedText is how Unlimited is written.
 const unlimitedText = "unlimited"
 

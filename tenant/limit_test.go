@@ -84,6 +84,7 @@ func TestParseNodeThrottle(t *testing.T) {
 		{`{}`, cur, ""},
 		{``, cur, "value is not valid JSON: it is empty (send a JSON object)"},
 		{`{"capacity": 100}`, NodeSettings{100, 1666, -1}, ""},
+		{`{"capacity": 1099511627777}`, cur, "capacity, default_throttle_reserved_units and default_throttle_hard_limit are at most 1099511627776 (2^40)"},
 		{`{"default_throttle_reserved_units": 5, "default_throttle_hard_limit": "unlimited"}`, NodeSettings{25000, 5, -1}, ""},
 		{`{"default_throttle_reserved_units": 5, "default_throttle_hard_limit": 5}`, NodeSettings{25000, 5, 5}, ""},
 		{`{"default_throttle_reserved_units": 5}`, cur,

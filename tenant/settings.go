@@ -94,6 +94,10 @@ func (s Settings) validateLimits() error {
 	if s.HardLimit < Unlimited {
 		return invalidf("hard_limit %d is negative", s.HardLimit)
 	}
+	if s.Reserved > MaxLimit || s.HardLimit > MaxLimit {
+		return invalidf("reserved %s, hard_limit %s: a limit is at most %d (2^40) units/s",
+			FormatLimit(s.Reserved), FormatLimit(s.HardLimit), MaxLimit)
+	}
 	if s.HardLimit == Unlimited {
 		return nil
 	}

@@ -212,6 +212,9 @@ func (n NodeSettings) Validate() error {
 	if n.Capacity <= 0 {
 		return docErrorf("%s must be positive, got %d", fieldCapacity, n.Capacity)
 	}
+	if n.Capacity > MaxLimit || n.DefaultReserved > MaxLimit || n.DefaultHardLimit > MaxLimit {
+		return docErrorf("%s, %s and %s are at most %d (2^40)", fieldCapacity, fieldDefaultReserved, fieldDefaultHardLimit, MaxLimit)
+	}
 	if r, h := n.DefaultReserved, n.DefaultHardLimit; h >= 0 && (r < 0 || r > h) {
 		return docErrorf("%s %s exceeds %s %s", fieldDefaultReserved, FormatLimit(r), fieldDefaultHardLimit, FormatLimit(h))
 	}

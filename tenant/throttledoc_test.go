@@ -44,9 +44,10 @@ func TestParseBucketSettings(t *testing.T) {
 		`{"max_concurent":2}`:                      `unknown field "max_concurent"`,
 		`{"reserved":300,"hard_limit":200}`:        `reserved 300 exceeds hard_limit 200`,
 		`{"max_concurrent":2,"max_concurrent":3,}`: `value is not valid JSON`,
-		`[1]`:                            `value must be a JSON object`,
-		``:                               `value is not valid JSON: it is empty (send a JSON object)`,
-		`{"max_concurrent":99999999999}`: `max_concurrent 99999999999 is too large`,
+		`[1]`:                              `value must be a JSON object`,
+		``:                                 `value is not valid JSON: it is empty (send a JSON object)`,
+		`{"max_concurrent":99999999999}`:   `max_concurrent 99999999999 is too large`,
+		`{"reserved":9223372036854775807}`: `reserved 9223372036854775807, hard_limit unlimited: a limit is at most 1099511627776 (2^40) units/s`,
 	} {
 		got, err := ParseBucketSettings([]byte(in), cur)
 		if err == nil || err.Error() != reason || !errors.Is(err, ErrInvalidSettings) || got != cur {
