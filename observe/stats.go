@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -129,7 +130,8 @@ type bucketDetail struct {
 
 	// Deadline admission (ingress.DeadlineStats).
 	DeadlineMS          int64 `json:"deadline_ms"`
-	DeadlinePercentile  int   `json:"deadline_percentile"`
+	DeadlinePercentile  int   `json:"deadline_percentile"` // in force: 99 when the setting is 0
+	ExpectedExecutionUS int64 `json:"expected_execution_us"`
 	NumDeadlineRejected int64 `json:"num_deadline_rejected"`
 	NumDeadlineExpired  int64 `json:"num_deadline_expired"`
 	NumDeadlineMissed   int64 `json:"num_deadline_missed"`
@@ -152,7 +154,8 @@ func (v *View) detailOf(b *catalog.Bucket) bucketDetail {
 		EffectiveReserved: st.EffectiveReserved, FreePoolShare: st.Share, UnitsThisSecond: st.Used,
 		Items: b.Store().ItemCount(), TextCommands: txt, BinaryCommands: st.Commands - txt,
 
-		DeadlineMS: dl.Deadline.Milliseconds(), DeadlinePercentile: dl.Percentile,
+		DeadlineMS: dl.Deadline.Milliseconds(), DeadlinePercentile: cmp.Or(dl.Percentile, tenant.DefaultDeadlinePercentile),
+		ExpectedExecutionUS: b.Settings().ExpectedExecution.Microseconds(),
 		NumDeadlineRejected: dl.Rejected, NumDeadlineExpired: dl.Expired, NumDeadlineMissed: dl.Missed,
 		WindowReadPXXUS: dl.ReadPXX.Microseconds(), WindowWritePXXUS: dl.WritePXX.Microseconds(),
 	}
