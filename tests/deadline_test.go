@@ -181,8 +181,8 @@ func TestDeadlineCannotBeMet(t *testing.T) {
 		d.WritePXXUS == 20000 || d.WritePXXUS <= 0 || d.ReadPXXUS <= 0 {
 		t.Errorf("STAT bucket_details dl: %+v, want deadline 10 ms p90, %d rejected, a learnt write pXX", d, refused)
 	}
-	if f := admin.deadlineStat("free"); f != (deadlineDetail{}) {
-		t.Errorf("STAT bucket_details free (no deadline): %+v, want all zero", f)
+	if f := admin.deadlineStat("free"); f != (deadlineDetail{DeadlinePercentile: 99}) {
+		t.Errorf("STAT bucket_details free (no deadline): %+v, want all zero but the percentile in force, 99", f)
 	}
 	if v, err := scrapeMetric(metrics, `kvd_bucket_deadline_rejected_total{bucket="dl"}`); err != nil || int64(v) != refused {
 		t.Errorf("kvd_bucket_deadline_rejected_total{dl} = %v (%v), want %d", v, err, refused)
