@@ -343,7 +343,10 @@ func (c *conn) textAuth(cmd *text.Command) {
 		c.out = append(c.out, unauthenticated...)
 		return
 	}
-	name, password, _ := bytes.Cut(cmd.Value, []byte(" "))
+	var name, password []byte // memcached -Y's tokens: split at spaces, past the second ignored
+	if tok := bytes.FieldsFunc(cmd.Value, func(r rune) bool { return r == ' ' }); len(tok) >= 2 {
+		name, password = tok[0], tok[1]
+	}
 	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
 	c.startLogin(b, string(name), bytes.Clone(password), true, func(err error) {
 		if err != nil {

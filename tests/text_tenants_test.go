@@ -58,6 +58,11 @@ func TestTextAuth(t *testing.T) {
 	if !bad.closedByPeer(3 * time.Second) {
 		t.Error("the connection stayed open after a bad password")
 	}
+	// The data block is split at spaces, as memcached -Y splits it.
+	for _, cred := range []string{"alice  alice-pw", " alice alice-pw ", "alice alice-pw extra"} {
+		b := dialText(t, k.Addr)
+		b.call("credentials "+cred, "set x 0 0 "+itoa(len(cred))+"\r\n"+cred+"\r\n", "STORED")
+	}
 	// Malformed credentials and unknown users are bad passwords too.
 	for _, cred := range []string{"alice", "nobody pw"} {
 		b := dialText(t, k.Addr)
