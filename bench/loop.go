@@ -179,6 +179,9 @@ func (c *client) account(o *op, res *mc.Response) (retry bool) {
 	t := &c.tally
 	ru, wu, throttled, reported := frameInfo(res)
 	t.ThrottleWait += throttled
+	if throttled > 0 && res.Status != mc.StatusWouldThrottle {
+		t.Throttled++ // held by the throttle (blocking mode), then answered
+	}
 	switch {
 	case res.Status == mc.StatusOK:
 		c.completed(o, res, ru, wu, reported, true)

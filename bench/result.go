@@ -13,7 +13,7 @@ type Counts struct {
 	Ops       int64 // completed operations: OK, or a miss on GET
 	Misses    int64 // GETs answered 0x01 Key not found (included in Ops)
 	RU, WU    int64 // units, reported by the server or computed
-	Throttled int64 // 0x0c Would throttle replies; every retry counts
+	Throttled int64 // replies the throttle held (a throttle-duration frame info) or refused (0x0c; every retry counts)
 	Rejected  int64 // 0x86 Temporary failure replies
 	Busy      int64 // 0x85 Busy replies
 	Errors    int64 // other statuses, and connections lost mid-run
