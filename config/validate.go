@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
+
+	"kvd/tenant"
 )
 
 // FrameHeadroom is how much larger than max_item_size the frame cap must
@@ -95,6 +97,9 @@ func (f *File) Validate() error {
 
 func (f *File) validateNode(p *problems) {
 	p.positive("node_capacity", f.NodeCapacity)
+	if f.NodeCapacity > tenant.MaxLimit {
+		p.addf("node_capacity", "must be at most %d (2^40), got %d", tenant.MaxLimit, f.NodeCapacity)
+	}
 	p.positive("read_unit_size", int64(f.ReadUnitSize))
 	p.positive("write_unit_size", int64(f.WriteUnitSize))
 	p.positiveIfSet("max_connections_per_bucket", f.MaxConnectionsPerBucket)

@@ -9,6 +9,7 @@ import (
 func TestValidateFailures(t *testing.T) {
 	tests := []struct{ name, in, want string }{
 		{"zero capacity", `{"node_capacity": 0}`, `"node_capacity": must be positive, got 0`},
+		{"capacity over 2^40", `{"node_capacity": 1099511627777}`, `"node_capacity": must be at most 1099511627776 (2^40), got 1099511627777`},
 		{"zero read unit", `{"read_unit_size": 0}`, `"read_unit_size": must be positive`},
 		{"negative write unit", `{"write_unit_size": -1}`, `"write_unit_size": must be positive, got -1`},
 		{"zero per-bucket connections", `{"max_connections_per_bucket": 0}`, `"max_connections_per_bucket"`},

@@ -44,7 +44,7 @@ func (s *Server) Reconfigure(next Options) (needRestart []string, err error) {
 			return nil, err
 		}
 	}
-	s.lim.Store(limitsOf(&next))
+	s.lim.Store(options.LimitsOf(&next))
 	s.revoke()
 	if err := s.ingress.Reconfigure(&next.Ingress, s.opts.Now()); err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ import (
 	"kvd/internal/version"
 	"kvd/netmem"
 	"kvd/observe"
+	"kvd/server/options"
 	"kvd/tenant"
 	"kvd/work"
 )
@@ -122,7 +123,7 @@ func (s *Server) open() (err error) {
 	if s.ingress, err = ingress.New(s.opts.Ingress); err != nil {
 		return err
 	}
-	s.lim.Store(limitsOf(&s.opts))
+	s.lim.Store(options.LimitsOf(&s.opts))
 	s.view = observe.New(node{s})
 	s.cat, err = catalog.Open(catalog.Options{DB: s.db, Throttle: s.throttle,
 		Defaults: s.opts.DefaultSettings, Logger: s.log, Observer: bucketHooks{s},

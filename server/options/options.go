@@ -241,3 +241,26 @@ func RestartNeeded(cur, next *Options) []string {
 		p.Interval != q.Interval || p.EMAWeight != q.EMAWeight || p.Step != q.Step)
 	return out
 }
+
+// Limits are the node limits a config reload may change; the server's
+// loops read them through one atomic pointer.
+type Limits struct {
+	MaxConnections          int
+	MaxConnectionsPerBucket int
+	IdleTimeout             time.Duration
+	ReadUnitSize            int
+	WriteUnitSize           int
+	MaxThrottleWait         time.Duration
+	AnonymousBucket         string
+	MetricsBucketLimit      int
+	MaxBufferBytes          int64
+	DisableText             bool // for connections opened from now on
+}
+
+// LimitsOf is o's Limits.
+func LimitsOf(o *Options) *Limits {
+	return &Limits{MaxConnections: o.MaxConnections, MaxConnectionsPerBucket: o.MaxConnectionsPerBucket,
+		IdleTimeout: o.IdleTimeout, ReadUnitSize: o.ReadUnitSize, WriteUnitSize: o.WriteUnitSize,
+		MaxThrottleWait: o.MaxThrottleWait, AnonymousBucket: o.AnonymousBucket,
+		MetricsBucketLimit: o.MetricsBucketLimit, MaxBufferBytes: o.MaxBufferBytes, DisableText: o.DisableText}
+}
