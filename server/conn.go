@@ -363,7 +363,8 @@ func (c *conn) peekFrame() []byte {
 // refuseAtHeader judges a frame that has not all arrived, once, at its
 // header: a storage command whose value cannot fit max_item_size gets 0x03,
 // a command that takes no value but announces one, or more than its bound
-// (binary.MaxSmallValue), 0x04, an unknown opcode 0x81, and a frame the
+// (binary.MaxSmallValue), or a frame past netmem.SmallFrame whose key or
+// extras are wrong, 0x04, an unknown opcode 0x81, and a frame the
 // network memory budget has no room for (netmem.Budget.Admit) 0x82; each
 // has its body swallowed as it comes (as memcached): no buffer held. A
 // frame it lets through is held whole by the budget until it has arrived.
@@ -375,8 +376,8 @@ func (c *conn) refuseAtHeader(hdr []byte) bool {
 	frame, budget := binary.FrameLen(hdr), c.srv.limits().MaxBufferBytes
 	tooBig := valueLen > c.srv.opts.MaxItemSize
 	var invalid error
-	if tooBig || valueLen > 0 && binary.ValueBounded(req.Opcode) {
-		invalid = binary.CheckHeaderShape(hdr) // before the size, as memcached checks them
+	if tooBig || frame > netmem.SmallFrame || valueLen > 0 && binary.ValueBounded(req.Opcode) {
+		invalid = binary.CheckHeaderShape(hdr) // before the size, as memcached checks them; a large frame's key too
 	}
 	switch {
 	case !req.Opcode.Known(): // its body is never needed
