@@ -655,6 +655,10 @@ func (c *conn) cancelQueued() {
 // down", in order; it stops at a partial or undecodable frame.
 func (c *conn) refuseInput() {
 	c.leavePark()
+	if c.txt != nil {
+		c.refuseText()
+		return
+	}
 	for {
 		buf := c.peekFrame()
 		var req binary.Request

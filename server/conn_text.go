@@ -6,6 +6,8 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"kvd/netmem"
+	"kvd/protocol/binary"
+	"kvd/protocol/text"
 	"kvd/protocol/translate"
 )
 
@@ -87,6 +89,10 @@ func (c *conn) decodeText() int {
 // whose buffer it cannot grow (true: nothing more to hold).
 func (c *conn) admitText(partial int) bool {
 	frame, budget := c.txt.Need(), c.srv.limits().MaxBufferBytes
+	if frame > binary.MaxSmallValue && c.loggedOut() { // a login's data is "<user> <password>"
+		c.out, c.quitting = append(c.out, "CLIENT_ERROR unauthenticated\r\n"...), true
+		return true
+	}
 	if frame == 0 && partial > netmem.SmallFrame {
 		frame = c.txt.Options().MaxGetLine
 	}
@@ -117,13 +123,39 @@ func (c *conn) peekText() []byte {
 	return buf
 }
 
+// loggedOut reports whether the text connection must log in first
+// (memcached's -Y): no user, and no anonymous bucket.
+func (c *conn) loggedOut() bool {
+	return c.user == nil && c.bucket == nil && c.srv.limits().AnonymousBucket == ""
+}
+
+// refuseText is refuseInput for text: every whole command in the input is
+// answered SERVER_ERROR "shutting down" (nothing under noreply), in order.
+func (c *conn) refuseText() {
+	for t := c.txt; !t.Held(); {
+		buf := c.peekText()
+		n, ok := t.Decode(buf)
+		if need := t.Need(); need > len(buf) && need <= c.gc.InboundBuffered() {
+			buf, _ = c.gc.Peek(need)
+			n, ok = t.Decode(buf)
+		}
+		if len(buf) == 0 || !ok || n == 0 {
+			return
+		}
+		if !t.Command().NoReply {
+			c.out = text.AppendServerError(c.out, shutdownReason)
+		}
+		_, _ = c.gc.Discard(n)
+	}
+}
+
 // handleText carries out the steps of the decoded command, or of the held
 // refusal. It returns false when one must wait (the command is then left
 // in the input and decoded again; steps already carried out are skipped).
 // Before login the first command is memcached's -Y authentication.
 func (c *conn) handleText() bool {
 	t := c.txt
-	if !t.Held() && c.user == nil && c.bucket == nil && c.srv.limits().AnonymousBucket == "" {
+	if !t.Held() && c.loggedOut() {
 		if c.collect != nil {
 			return false
 		}

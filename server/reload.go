@@ -3,20 +3,7 @@ package server
 import (
 	"kvd/catalog"
 	"kvd/server/options"
-	"kvd/tenant"
 )
-
-// catalogFile is what the options say about the catalog: node throttle
-// settings, the configured buckets, and (for a cluster) the users.
-func catalogFile(o *Options) catalog.File {
-	f := catalog.File{Node: tenant.NodeSettings{Capacity: o.NodeCapacity,
-		DefaultReserved: o.DefaultSettings.Reserved, DefaultHardLimit: o.DefaultSettings.HardLimit},
-		Users: o.Users, ModTime: o.ConfigModTime}
-	for _, b := range o.Buckets {
-		f.Buckets = append(f.Buckets, catalog.Spec{Name: b.Name, Settings: b.Settings})
-	}
-	return f
-}
 
 // Reconfigure applies a reloaded config file: node throttle, bucket
 // settings and new buckets (where the file changed: see package catalog),
@@ -36,7 +23,7 @@ func (s *Server) Reconfigure(next Options) (needRestart []string, err error) {
 	}
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
-	if err := s.cat.ApplyFile(catalogFile(&next), "config"); err != nil {
+	if err := s.cat.ApplyFile(options.CatalogFile(&next), "config"); err != nil {
 		return nil, err
 	}
 	if s.cat.Cluster() == nil { // in a cluster, users arrive from etcd (UsersChanged)

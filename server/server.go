@@ -131,7 +131,7 @@ func (s *Server) open() (err error) {
 	if err != nil {
 		return err
 	}
-	if err := s.cat.ApplyFile(catalogFile(&s.opts), "config"); err != nil {
+	if err := s.cat.ApplyFile(options.CatalogFile(&s.opts), "config"); err != nil {
 		if !errors.Is(err, catalog.ErrFileConflict) {
 			_ = s.cat.Close()
 			return err

@@ -171,3 +171,43 @@ func waitExit0(t *testing.T, k *kvd) {
 	}
 	k.cmd = nil
 }
+
+// TestShutdownAnswersText: a text connection's commands held by the
+// throttle at SIGTERM are answered, one line each ("SERVER_ERROR shutting
+// down" for those that did not run), in order, before the close, as a
+// binary connection's get 0x86.
+func TestShutdownAnswersText(t *testing.T) {
+	k := startKVD(t, throttleConfig(t, map[string]any{"anonymous_bucket": "slow", "max_throttle_wait_ms": 60000},
+		bucketConfig("slow", 1, 1)))
+	c := dialText(t, k.Addr)
+	var in strings.Builder
+	for i := range 5 {
+		fmt.Fprintf(&in, "set k%d 0 0 300\r\n%s\r\n", i, strings.Repeat("v", 300))
+	}
+	in.WriteString("get k0\r\nversion\r\nset q 0 0 1 noreply\r\nq\r\nmn\r\n")
+	c.send(in.String())
+	time.Sleep(500 * time.Millisecond)
+	_ = k.cmd.Process.Signal(syscall.SIGTERM)
+	var lines []string
+	for {
+		l, err := c.line(5 * time.Second)
+		if err != nil {
+			break
+		}
+		lines = append(lines, l)
+	}
+	waitExit0(t, k)
+	refused := 0
+	for _, l := range lines {
+		if l == "SERVER_ERROR shutting down" {
+			refused++
+		}
+	}
+	// Five sets, the get (END or a VALUE, or refused), version, mn: the
+	// noreply set answers nothing.
+	if len(lines) < 8 || lines[0] != "STORED" || refused < 3 || lines[len(lines)-1] != "SERVER_ERROR shutting down" {
+		t.Fatalf("text replies after SIGTERM: %q; want the first set STORED, the rest answered in order, %s last",
+			lines, "SERVER_ERROR shutting down")
+	}
+	t.Logf("text replies: %q", lines)
+}

@@ -63,6 +63,14 @@ func TestTextAuth(t *testing.T) {
 		b := dialText(t, k.Addr)
 		b.call("credentials "+cred, "set x 0 0 "+itoa(len(cred))+"\r\n"+cred+"\r\n", "STORED")
 	}
+	// A set announcing more than a login's data before the login is refused
+	// at its line, and the connection closes: its block is never held.
+	big := dialText(t, k.Addr)
+	big.send("set x 0 0 1000000\r\n" + strings.Repeat("p", 1000))
+	big.expect("a 1 MB set before login", "CLIENT_ERROR unauthenticated")
+	if !big.closedByPeer(3 * time.Second) {
+		t.Error("the connection stayed open after a 1 MB set before login")
+	}
 	// Malformed credentials and unknown users are bad passwords too.
 	for _, cred := range []string{"alice", "nobody pw"} {
 		b := dialText(t, k.Addr)

@@ -264,3 +264,15 @@ func LimitsOf(o *Options) *Limits {
 		MaxThrottleWait: o.MaxThrottleWait, AnonymousBucket: o.AnonymousBucket,
 		MetricsBucketLimit: o.MetricsBucketLimit, MaxBufferBytes: o.MaxBufferBytes, DisableText: o.DisableText}
 }
+
+// CatalogFile is what the options say about the catalog: node throttle
+// settings, the configured buckets, and (for a cluster) the users.
+func CatalogFile(o *Options) catalog.File {
+	f := catalog.File{Node: tenant.NodeSettings{Capacity: o.NodeCapacity,
+		DefaultReserved: o.DefaultSettings.Reserved, DefaultHardLimit: o.DefaultSettings.HardLimit},
+		Users: o.Users, ModTime: o.ConfigModTime}
+	for _, b := range o.Buckets {
+		f.Buckets = append(f.Buckets, catalog.Spec{Name: b.Name, Settings: b.Settings})
+	}
+	return f
+}
