@@ -2,9 +2,14 @@ package catalog
 
 import (
 	"log/slog"
+	"sync"
 
 	"kvd/tenant"
 )
+
+// plainWarned holds the names of the users already warned about a
+// plain-text password: reloads and retried edits do not repeat it.
+var plainWarned sync.Map
 
 // BuildUsers makes the users specs state (the config file's, or the
 // cluster's users document), warning in log about each plain-text
@@ -17,7 +22,9 @@ func BuildUsers(specs []UserSpec, log *slog.Logger) ([]*tenant.User, error) {
 			return nil, err
 		}
 		if user.UsesPlainPassword() {
-			log.Warn("user has a plain-text password; use password_hash in production", "user", u.Name)
+			if _, warned := plainWarned.LoadOrStore(u.Name, true); !warned {
+				log.Warn("user has a plain-text password; use password_hash in production", "user", u.Name)
+			}
 		}
 		list = append(list, user)
 	}

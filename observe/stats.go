@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"kvd/catalog"
+	"kvd/ingress"
 	"kvd/tenant"
 )
 
@@ -130,8 +131,8 @@ type bucketDetail struct {
 
 	// Deadline admission (ingress.DeadlineStats).
 	DeadlineMS          int64 `json:"deadline_ms"`
-	DeadlinePercentile  int   `json:"deadline_percentile"` // in force: 99 when the setting is 0
-	ExpectedExecutionUS int64 `json:"expected_execution_us"`
+	DeadlinePercentile  int   `json:"deadline_percentile"`   // in force: 99 when the setting is 0
+	ExpectedExecutionUS int64 `json:"expected_execution_us"` // in force: 1000 when unset
 	NumDeadlineRejected int64 `json:"num_deadline_rejected"`
 	NumDeadlineExpired  int64 `json:"num_deadline_expired"`
 	NumDeadlineMissed   int64 `json:"num_deadline_missed"`
@@ -155,7 +156,7 @@ func (v *View) detailOf(b *catalog.Bucket) bucketDetail {
 		Items: b.Store().ItemCount(), TextCommands: txt, BinaryCommands: st.Commands - txt,
 
 		DeadlineMS: dl.Deadline.Milliseconds(), DeadlinePercentile: cmp.Or(dl.Percentile, tenant.DefaultDeadlinePercentile),
-		ExpectedExecutionUS: b.Settings().ExpectedExecution.Microseconds(),
+		ExpectedExecutionUS: cmp.Or(b.Settings().ExpectedExecution, ingress.DefaultExpectedExecution).Microseconds(),
 		NumDeadlineRejected: dl.Rejected, NumDeadlineExpired: dl.Expired, NumDeadlineMissed: dl.Missed,
 		WindowReadPXXUS: dl.ReadPXX.Microseconds(), WindowWritePXXUS: dl.WritePXX.Microseconds(),
 	}

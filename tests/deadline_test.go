@@ -35,6 +35,7 @@ type deadlineDetail struct {
 	Missed             int64 `json:"num_deadline_missed"`
 	ReadPXXUS          int64 `json:"window_read_pXX_us"`
 	WritePXXUS         int64 `json:"window_write_pXX_us"`
+	ExpectedUS         int64 `json:"expected_execution_us"`
 }
 
 // deadlineStat reads the deadline fields of STAT "bucket_details NAME",
@@ -43,7 +44,7 @@ func (c *rawConn) deadlineStat(name string) deadlineDetail {
 	c.t.Helper()
 	raw := c.statGroup("bucket_details " + name)[name]
 	for _, f := range []string{"deadline_ms", "deadline_percentile", "num_deadline_rejected", "num_deadline_expired",
-		"num_deadline_missed", "window_read_pXX_us", "window_write_pXX_us"} {
+		"num_deadline_missed", "window_read_pXX_us", "window_write_pXX_us", "expected_execution_us"} {
 		if !strings.Contains(raw, `"`+f+`":`) {
 			c.t.Fatalf("STAT bucket_details %s lacks %q: %s", name, f, raw)
 		}
@@ -181,8 +182,8 @@ func TestDeadlineCannotBeMet(t *testing.T) {
 		d.WritePXXUS == 20000 || d.WritePXXUS <= 0 || d.ReadPXXUS <= 0 {
 		t.Errorf("STAT bucket_details dl: %+v, want deadline 10 ms p90, %d rejected, a learnt write pXX", d, refused)
 	}
-	if f := admin.deadlineStat("free"); f != (deadlineDetail{DeadlinePercentile: 99}) {
-		t.Errorf("STAT bucket_details free (no deadline): %+v, want all zero but the percentile in force, 99", f)
+	if f := admin.deadlineStat("free"); f != (deadlineDetail{DeadlinePercentile: 99, ExpectedUS: 1000}) {
+		t.Errorf("STAT bucket_details free (no deadline): %+v, want all zero but the settings in force, p99 and 1000 µs", f)
 	}
 	if v, err := scrapeMetric(metrics, `kvd_bucket_deadline_rejected_total{bucket="dl"}`); err != nil || int64(v) != refused {
 		t.Errorf("kvd_bucket_deadline_rejected_total{dl} = %v (%v), want %d", v, err, refused)
