@@ -465,6 +465,9 @@ func (c *Catalog) setNodeLocked(n tenant.NodeSettings, who string) error {
 	}
 	old := c.Node()
 	c.applyNode(n)
+	if old == n {
+		return nil // nothing changed: nothing to log
+	}
 	c.log.Info("node throttle changed", "by", who,
 		"old_capacity", old.Capacity, "new_capacity", n.Capacity,
 		"old_defaults", tenant.LimitsText(old.DefaultReserved, old.DefaultHardLimit),
