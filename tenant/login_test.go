@@ -174,15 +174,22 @@ func TestLoginGatePool(t *testing.T) {
 	}
 }
 
-// TestLoginGateDelayAfterFailure: after a failure the address's next
-// attempt waits until the clock has passed the delay.
-func TestLoginGateDelayAfterFailure(t *testing.T) {
+// gateAfterFailure is a one-worker gate on a clock standing still whose
+// first attempt, from 10.0.0.1, has failed.
+func gateAfterFailure(t *testing.T) (*fakeClock, *LoginGate) {
 	clk := &fakeClock{t: time.Unix(1000, 0)}
 	g := NewLoginGate(LoginOptions{Workers: 1, Now: clk.now})
 	a1 := submit(g, "10.0.0.1:1000")
 	wait(t, a1.started, "first attempt")
 	a1.finish <- false
 	wait(t, a1.done, "first answer")
+	return clk, g
+}
+
+// TestLoginGateDelayAfterFailure: after a failure the address's next
+// attempt waits until the clock has passed the delay.
+func TestLoginGateDelayAfterFailure(t *testing.T) {
+	clk, g := gateAfterFailure(t)
 	a2 := submit(g, "10.0.0.1:1001")
 	other := submit(g, "10.0.0.2:1000")
 	wait(t, other.started, "another address")
@@ -197,12 +204,7 @@ func TestLoginGateDelayAfterFailure(t *testing.T) {
 // TestLoginGateDrain: after Drain an attempt waiting out a failure's delay
 // starts at once, and so does the next, the clock standing still.
 func TestLoginGateDrain(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1000, 0)}
-	g := NewLoginGate(LoginOptions{Workers: 1, Now: clk.now})
-	a1 := submit(g, "10.0.0.1:1000")
-	wait(t, a1.started, "first attempt")
-	a1.finish <- false
-	wait(t, a1.done, "first answer")
+	_, g := gateAfterFailure(t)
 	a2 := submit(g, "10.0.0.1:1001")
 	notYet(t, a2.started, "the attempt after a failure, the clock standing still")
 	g.Drain()
