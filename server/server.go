@@ -46,7 +46,7 @@ type Server struct {
 	// fileRefused: the config file's edit the catalog refused at start.
 	fileRefused error
 	// At most a line a second for what clients can repeat at will.
-	refusedLog, closedLog lograte.Limiter
+	refusedLog, closedLog, idleLog lograte.Limiter
 
 	eng      gnet.Engine
 	booted   chan struct{}
@@ -298,7 +298,7 @@ func (s *Server) holders(yield func(*netmem.Holder) bool) {
 func (s *Server) closeIdle(before int64) {
 	s.eachConn(func(c *conn) bool {
 		if p := c.partialSince.Load(); p != 0 && p < before {
-			if ok, more := s.closedLog.Allow(s.opts.Now()); ok {
+			if ok, more := s.idleLog.Allow(s.opts.Now()); ok {
 				s.log.Info("closing connection", "remote", c.remote, "reason", "unfinished frame past idle timeout", "more_not_logged", more)
 			}
 			_ = c.gc.Close()
