@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -273,6 +274,7 @@ type BucketDeadline struct {
 
 	deadline   atomic.Int64 // ns; 0 = no deadline, Admit always admits
 	percentile atomic.Int32
+	maxConc    atomic.Int32 // DeadlineSettings.MaxConcurrent
 	classes    [numPools]classWindow
 
 	rejected atomic.Int64 // Admit refused
@@ -349,6 +351,7 @@ func (b *BucketDeadline) SetSettings(s DeadlineSettings) error {
 	}
 	b.deadline.Store(int64(s.Deadline))
 	b.percentile.Store(int32(s.Percentile))
+	b.maxConc.Store(int32(min(s.MaxConcurrent, math.MaxInt32)))
 	for p := range b.classes {
 		c := &b.classes[p]
 		c.mu.Lock()
@@ -368,7 +371,18 @@ func (b *BucketDeadline) Settings() DeadlineSettings {
 		Deadline:          time.Duration(b.deadline.Load()),
 		Percentile:        int(b.percentile.Load()),
 		ExpectedExecution: c.expected,
+		MaxConcurrent:     int(b.maxConc.Load()),
 	}
+}
+
+// Capacity is the capacity Admit and Fits are to be given for the bucket's
+// commands of a pool of pool tickets: the pool, or the bucket's own ticket
+// cap (max_concurrent) if that is smaller.
+func (b *BucketDeadline) Capacity(pool int) int {
+	if m := int(b.maxConc.Load()); m > 0 && m < pool {
+		return m
+	}
+	return pool
 }
 
 // maxExec caps the execution times demand and predictions use, so that a time ×

@@ -298,6 +298,10 @@ type DeadlineSettings struct {
 	Deadline          time.Duration // relative deadline; 0 = none
 	Percentile        int           // 50–99 (default 99)
 	ExpectedExecution time.Duration // pXX before the window has a sample (default 1 ms)
+	// MaxConcurrent is the bucket's own ticket cap (max_concurrent; 0 =
+	// none): its commands never hold more tickets than that, so the gate
+	// counts the pool as at most that large for them (Capacity).
+	MaxConcurrent int
 }
 
 // EnsureDefaults fills the zero Percentile and ExpectedExecution of a bucket that has

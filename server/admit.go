@@ -121,7 +121,7 @@ func (s *Server) checkThrottle(c *conn, req *mc.Request, now time.Time) verdict 
 // again once they ran.
 func (s *Server) checkDeadline(c *conn, req *mc.Request, pool ingress.Pool, arrival, now time.Time) verdict {
 	dl := stateOf(c.bucket).dl
-	capacity := s.ingress.PoolSize(pool)
+	capacity := dl.Capacity(s.ingress.PoolSize(pool))
 	if c.collect != nil && !dl.Fits(pool, capacity, arrival, now) {
 		return admitWait
 	}
@@ -323,6 +323,7 @@ func (st *bucketState) latency() *latency.Bucket {
 func deadlineSettings(set tenant.Settings) ingress.DeadlineSettings {
 	return ingress.DeadlineSettings{
 		Deadline: set.Deadline, Percentile: set.DeadlinePercentile, ExpectedExecution: set.ExpectedExecution,
+		MaxConcurrent: set.MaxConcurrent,
 	}
 }
 

@@ -211,3 +211,31 @@ func TestDeadlineRefusalEndsThrottleWait(t *testing.T) {
 		t.Fatalf("throttledFor %v after the refusal, want 0", c.throttledFor)
 	}
 }
+
+// TestDeadlineCapacityIsTheBucketCap: the gate counts a bucket capped by
+// max_concurrent as a pool of that many tickets: a second command whose
+// demand fits the node's pool but not the bucket's one ticket is refused,
+// naming 1 ticket.
+func TestDeadlineCapacityIsTheBucketCap(t *testing.T) {
+	clk := newClock()
+	s := newLoopServer(t, clk, func(o *Options) {
+		withDeadline(100*time.Millisecond, 50*time.Millisecond, 0)(o)
+		o.Buckets[0].Settings.MaxConcurrent = 1
+	})
+	if n := s.ingress.PoolSize(ingress.Write); n < 2 {
+		t.Fatalf("write pool of %d tickets: the test needs two or more", n)
+	}
+	c1, _ := s.openFake(t)
+	c2, _ := s.openFake(t)
+	now := clk.now()
+	if v := s.checkDeadline(c1, set(1, "a", "v"), ingress.Write, now, now); v != admitRun {
+		t.Fatalf("first command: %v, want admitted (nothing in flight)", v)
+	}
+	defer c1.dropGrant()
+	if v := s.checkDeadline(c2, set(2, "b", "v"), ingress.Write, now, now); v != admitAnswered {
+		t.Fatalf("second command: %v, want refused (a 50 ms command ahead of it on the bucket's one ticket)", v)
+	}
+	if out := string(c2.out); !strings.Contains(out, "of 1 tickets accepted") {
+		t.Errorf("refusal %q does not count the bucket's 1 ticket", out)
+	}
+}
