@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strconv"
@@ -575,10 +576,13 @@ func (b *BucketDeadline) Release(g Grant) {
 // DeadlineStats are a bucket's deadline figures (STAT bucket_details).
 type DeadlineStats struct {
 	Deadline   time.Duration // deadline_ms; 0 = none
-	Percentile int           // deadline_percentile
-	Rejected   int64         // num_deadline_rejected: refused by Admit
-	Expired    int64         // num_deadline_expired: deadline passed while queued
-	Missed     int64         // num_deadline_missed: completed after the deadline
+	Percentile int           // deadline_percentile in force (DefaultDeadlinePercentile when unset)
+	// ExpectedExecution is expected_execution_us in force
+	// (DefaultExpectedExecution when unset).
+	ExpectedExecution time.Duration
+	Rejected          int64 // num_deadline_rejected: refused by Admit
+	Expired           int64 // num_deadline_expired: deadline passed while queued
+	Missed            int64 // num_deadline_missed: completed after the deadline
 	// ReadPXX and WritePXX are the pXX each class's demand uses now
 	// (window_read_pXX_us, window_write_pXX_us); ReadSamples and WriteSamples say how
 	// many samples the windows hold (0: the figure is expected_execution_us).
@@ -590,7 +594,7 @@ type DeadlineStats struct {
 func (b *BucketDeadline) Stats() DeadlineStats {
 	s := DeadlineStats{
 		Deadline:   time.Duration(b.deadline.Load()),
-		Percentile: int(b.percentile.Load()),
+		Percentile: cmp.Or(int(b.percentile.Load()), DefaultDeadlinePercentile),
 		Rejected:   b.rejected.Load(),
 		Expired:    b.expired.Load(),
 		Missed:     b.missed.Load(),
@@ -599,6 +603,7 @@ func (b *BucketDeadline) Stats() DeadlineStats {
 	}
 	s.ReadSamples = b.samples(Read)
 	s.WriteSamples = b.samples(Write)
+	s.ExpectedExecution = cmp.Or(b.Settings().ExpectedExecution, DefaultExpectedExecution)
 	return s
 }
 

@@ -1,7 +1,6 @@
 package observe
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -9,7 +8,6 @@ import (
 	"strings"
 
 	"kvd/catalog"
-	"kvd/ingress"
 	"kvd/tenant"
 )
 
@@ -155,8 +153,8 @@ func (v *View) detailOf(b *catalog.Bucket) bucketDetail {
 		EffectiveReserved: st.EffectiveReserved, FreePoolShare: st.Share, UnitsThisSecond: st.Used,
 		Items: b.Store().ItemCount(), TextCommands: txt, BinaryCommands: st.Commands - txt,
 
-		DeadlineMS: dl.Deadline.Milliseconds(), DeadlinePercentile: cmp.Or(dl.Percentile, tenant.DefaultDeadlinePercentile),
-		ExpectedExecutionUS: cmp.Or(b.Settings().ExpectedExecution, ingress.DefaultExpectedExecution).Microseconds(),
+		DeadlineMS: dl.Deadline.Milliseconds(), DeadlinePercentile: dl.Percentile,
+		ExpectedExecutionUS: dl.ExpectedExecution.Microseconds(),
 		NumDeadlineRejected: dl.Rejected, NumDeadlineExpired: dl.Expired, NumDeadlineMissed: dl.Missed,
 		WindowReadPXXUS: dl.ReadPXX.Microseconds(), WindowWritePXXUS: dl.WritePXX.Microseconds(),
 	}

@@ -221,15 +221,14 @@ func DefaultItemCacheSize() int64 { return engine.ItemCacheSizeFor(netmem.Memory
 func DefaultMaxBufferBytes() int64 { return netmem.DefaultBudget() }
 
 // RestartNeeded lists the settings of next that differ from the running
-// ones (cur) but take effect only at start.
-func RestartNeeded(cur, next *Options) []string {
+// ones (o) but take effect only at start.
+func RestartNeeded(o, next *Options) []string {
 	var out []string
 	check := func(name string, changed bool) {
 		if changed {
 			out = append(out, name)
 		}
 	}
-	o := cur
 	check("listen", next.Listen != o.Listen)
 	check("data dir", next.DataDir != o.DataDir)
 	check("wal_sync", next.DisableWALSync != o.DisableWALSync)
