@@ -77,6 +77,18 @@ func TestAccountClassifies(t *testing.T) {
 	}
 }
 
+// TestAccountCountsHeldReplies: a reply the throttle held (blocking mode:
+// a throttle-duration frame info) counts as throttled, with its wait.
+func TestAccountCountsHeldReplies(t *testing.T) {
+	c := testClient()
+	c.tally.reset()
+	res := mc.Response{Opcode: mc.OpGet, Status: mc.StatusOK, Value: []byte("v"),
+		FrameInfo: mc.AppendFrameInfoUint16(nil, mc.FrameThrottleDuration, mc.EncodeDuration(1500000))}
+	if retry := c.account(&op{get: true}, &res); retry || c.tally.Throttled != 1 || c.tally.Ops != 1 || c.tally.ThrottleWait <= 0 {
+		t.Fatalf("a held GET: retry %v, counts %+v, wait %v; want not retried, 1 op, 1 throttled, a wait", retry, c.tally.Counts, c.tally.ThrottleWait)
+	}
+}
+
 func TestNextTickAndFrameInfo(t *testing.T) {
 	for body, want := range map[string]time.Duration{
 		`{"next_tick_us":250}`:      250 * time.Microsecond,

@@ -442,6 +442,18 @@ func TestHostileMaxConnections(t *testing.T) {
 	if data, closed := sixth.drainUntilClosed(3 * time.Second); !closed || string(data) != "ERROR Too many open connections\r\n" {
 		t.Fatalf("sixth connection: closed %v after %q; want memcached's \"ERROR Too many open connections\" and closed", closed, data)
 	}
+	// Twenty more refused at once are not twenty log lines (one a second).
+	for range 20 {
+		c := dialRaw(t, k.Addr)
+		_, _ = c.drainUntilClosed(3 * time.Second)
+	}
+	waitFor(t, 5*time.Second, "a \"connection refused\" log line", func() bool {
+		return strings.Contains(k.Log(), "connection refused") // the log comes through a pipe
+	})
+	time.Sleep(100 * time.Millisecond)
+	if n := strings.Count(k.Log(), "connection refused"); n > 3 {
+		t.Errorf("%d \"connection refused\" log lines for 21 refusals in about a second, want 1 to 3", n)
+	}
 	for i, c := range conns {
 		c.expectStatus("SET on an admitted connection", set("conn", "ok"), mc.StatusOK)
 		if res := c.call(get("conn")); res.Status != mc.StatusOK || string(res.Value) != "ok" {
