@@ -19,11 +19,31 @@ var memccapableBinaryTests = []string{
 	"prependq", "stat",
 }
 
-var memccapableLine = regexp.MustCompile(`(?m)^binary (\S+)\s+\[(\w+)\]`)
+// memccapableASCIITests are the 27 text-protocol tests memccapable -a runs,
+// in its order.
+var memccapableASCIITests = []string{
+	"version", "quit", "verbosity", "set", "set noreply", "get", "gets", "mget",
+	"flush", "flush noreply", "add", "add noreply", "replace", "replace noreply",
+	"cas", "cas noreply", "delete", "delete noreply", "incr", "incr noreply",
+	"decr", "decr noreply", "append", "append noreply", "prepend",
+	"prepend noreply", "stat",
+}
+
+var memccapableLine = regexp.MustCompile(`(?m)^(binary|ascii) (\S.*?)\s+\[(\w+)\]`)
 
 // TestMemccapableBinary runs memcached's binary conformance suite against
 // kvd's anonymous bucket: every one of the 27 tests must pass.
 func TestMemccapableBinary(t *testing.T) {
+	runMemccapable(t, "-b", "binary", memccapableBinaryTests)
+}
+
+// TestMemccapableASCII runs memcached's text-protocol conformance suite the
+// same way.
+func TestMemccapableASCII(t *testing.T) {
+	runMemccapable(t, "-a", "ascii", memccapableASCIITests)
+}
+
+func runMemccapable(t *testing.T, flag, proto string, want []string) {
 	bin := requireTool(t, "memccapable")
 	t.Parallel()
 	k := startKVD(t, testConfig)
@@ -31,7 +51,7 @@ func TestMemccapableBinary(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "-b", "-h", host, "-p", port).CombinedOutput()
+	out, err := exec.CommandContext(ctx, bin, flag, "-h", host, "-p", port).CombinedOutput()
 	text := string(out)
 	if ctx.Err() != nil {
 		t.Fatalf("memccapable did not finish within 60s:\n%s", text)
@@ -43,18 +63,22 @@ func TestMemccapableBinary(t *testing.T) {
 	results := map[string]string{}
 	var order []string
 	for _, m := range memccapableLine.FindAllStringSubmatch(text, -1) {
-		results[m[1]] = m[2]
-		order = append(order, m[1])
+		if m[1] != proto {
+			t.Errorf("memccapable %s ran a %s test: %s", flag, m[1], m[2])
+			continue
+		}
+		results[m[2]] = m[3]
+		order = append(order, m[2])
 	}
-	if len(order) != len(memccapableBinaryTests) {
-		t.Errorf("memccapable reported %d binary tests, want %d: %v", len(order), len(memccapableBinaryTests), order)
+	if len(order) != len(want) {
+		t.Errorf("memccapable reported %d %s tests, want %d: %v", len(order), proto, len(want), order)
 	}
-	for _, name := range memccapableBinaryTests {
+	for _, name := range want {
 		switch got, ok := results[name]; {
 		case !ok:
-			t.Errorf("binary %s: no result", name)
+			t.Errorf("%s %s: no result", proto, name)
 		case got != "pass":
-			t.Errorf("binary %s: [%s], want [pass]", name, got)
+			t.Errorf("%s %s: [%s], want [pass]", proto, name, got)
 		}
 	}
 	if !strings.Contains(text, "All tests passed") {
