@@ -123,3 +123,28 @@ func TestHello(t *testing.T) {
 		t.Fatalf("Hello(% x) = %b, % x; want ReportUnits|XError|NonBlocking, % x", asked, f, reply, want)
 	}
 }
+
+// TestFlushAt: memcached's flush delays. Relative delays and future
+// absolute times are kept; an absolute time that has passed flushes now if
+// it is after the server started (less memcached's 62 s slack) and nothing
+// if it is before.
+func TestFlushAt(t *testing.T) {
+	const now, started = 2_000_000_000, 1_999_990_000
+	for _, c := range []struct {
+		delay, at uint32
+		ok        bool
+	}{
+		{0, 0, true},
+		{10, now + 10, true},
+		{now + 100, now + 100, true},
+		{now - 5, 0, true},                  // passed, after the start: at once
+		{started - 61, 0, true},             // within the slack: at once
+		{started - 62, 0, false},            // before the (slackened) start: nothing
+		{relativeExpiryLimit + 1, 0, false}, // 1970: nothing
+	} {
+		at, ok := FlushAt(c.delay, now, started)
+		if at != c.at || ok != c.ok {
+			t.Errorf("FlushAt(%d) = %d, %v; want %d, %v", c.delay, at, ok, c.at, c.ok)
+		}
+	}
+}

@@ -31,6 +31,23 @@ func ExpiryAt(exp, now uint32) uint32 {
 	}
 }
 
+// FlushAt converts FLUSH's and flush_all's delay into the time the flush
+// takes effect (0 = now), in memcached's meaning: an absolute time that has
+// passed flushes at once if it is after the server started (started, Unix
+// seconds), and flushes nothing (ok false) if it is before, as memcached's
+// realtime() has it (it dates its start memcachedStartSlack earlier).
+func FlushAt(delay, now uint32, started int64) (at uint32, ok bool) {
+	at = ExpiryAt(delay, now)
+	if at != 0 && at <= now {
+		return 0, int64(at) > started-memcachedStartSlack
+	}
+	return at, true
+}
+
+// memcachedStartSlack: memcached dates its start ITEM_UPDATE_INTERVAL + 2
+// seconds before it (process_started in memcached.c).
+const memcachedStartSlack = 62
+
 // Exec runs one data command against bk, recording its result in r. It
 // does I/O: it runs on a worker, never on an event loop.
 func Exec(bk *catalog.Bucket, r *Request, now uint32) {

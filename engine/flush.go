@@ -21,7 +21,7 @@ func (b *Bucket) Flush() error {
 // seconds) are deleted then, and are served until then; items written at
 // or after the deadline survive. It replaces any pending delayed flush. A
 // deadline ≤ now does nothing (the server decides what a time that has
-// passed means: see server's flushBucket).
+// passed means: see command.FlushAt).
 // The deadline is persisted with the bucket, so it survives a restart, and
 // it is committed like other mutations (durable after DB.SyncWAL).
 //

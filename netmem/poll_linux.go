@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"github.com/panjf2000/gnet/v2"
 )
@@ -65,4 +66,14 @@ func pollerOf(gc gnet.Conn) (fd int) {
 		return -1
 	}
 	return int(v.Int())
+}
+
+// unread returns how many bytes socket fd has received that nobody has
+// read yet (SIOCINQ), 0 when it cannot tell.
+func unread(fd int) int {
+	var n int32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCINQ, uintptr(unsafe.Pointer(&n))); e != 0 {
+		return 0
+	}
+	return int(n)
 }

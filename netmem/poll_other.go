@@ -12,3 +12,6 @@ import (
 // is off; the output stop, the refusal at the header and the close limits
 // remain.
 func (h *Holder) epollReading(*slog.Logger, gnet.Conn, bool, bool, bool) {}
+
+// unread cannot tell here: a socket counts as having no unread input.
+func unread(int) int { return 0 }

@@ -88,9 +88,10 @@ type conn struct {
 	swallow int           // bytes of a refused frame still to discard (refuseAtHeader, a text data block)
 	frame   int           // length of the frame being read that netmem admitted (refuseAtHeader); 0 when none
 
-	partialSince atomic.Int64 // unix nanos an unfinished frame has waited since; 0 when none
-	parked       atomic.Bool  // registered in its bucket's parked set (see park)
-	finSent      atomic.Bool  // shutting down: the last reply went, followed by FIN
+	partialSince atomic.Int64  // unix nanos an unfinished frame has waited since; 0 when none
+	parked       atomic.Bool   // registered in its bucket's parked set (see park)
+	finSent      atomic.Bool   // shutting down: the last reply went, followed by FIN
+	settle       netmem.Settle // shutting down: when the socket stopped receiving (sendFIN)
 
 	box work.Mailbox // where inflight comes back
 }
@@ -629,6 +630,7 @@ func (c *conn) onShutdown() gnet.Action {
 	busy := len(c.out) > 0
 	if busy {
 		c.flushOut()
+		c.settle.Reset()
 	}
 	if busy || c.inflight != nil || c.gc.OutboundBuffered() > 0 {
 		// Woken again when the batch is done, or by drain's poll. The FIN
@@ -671,12 +673,17 @@ func (c *conn) refuseInput() {
 	}
 }
 
-// sendFIN half-closes the connection after its last reply. A connection
-// without a socket of its own (tests) is closed instead.
+// sendFIN half-closes the connection after its last reply, once its socket
+// has received nothing for shutdownPoll (netmem.Settle: input sent before
+// the signal may still be arriving; drain's poll wakes it meanwhile). A
+// connection without a socket of its own (tests) is closed instead.
 func (c *conn) sendFIN() gnet.Action {
 	sock, ok := c.gc.(interface{ Fd() int })
 	if !ok {
 		return gnet.Close
+	}
+	if !c.settle.Done(sock.Fd(), time.Now(), shutdownPoll, shutdownGrace/3) {
+		return gnet.None
 	}
 	if err := syscall.Shutdown(sock.Fd(), syscall.SHUT_WR); err != nil {
 		return gnet.Close

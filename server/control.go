@@ -253,25 +253,14 @@ func (c *conn) flush(req *mc.Request) {
 }
 
 // flushBucket flushes bk (catalog.Flush) after delay, in memcached's
-// meaning: FLUSH and flush_all, on a worker. An absolute time that has
-// passed flushes at once if it is after the server started, and changes
-// nothing if it is before, as memcached's realtime() has it (its start
-// counts from memcachedStartSlack earlier).
+// meaning (command.FlushAt): FLUSH and flush_all, on a worker.
 func (s *Server) flushBucket(bk *catalog.Bucket, delay uint32) error {
 	now := uint32(s.opts.Now().Unix())
-	at := command.ExpiryAt(delay, now)
-	if at != 0 && at <= now {
-		if int64(at) <= s.started.Unix()-memcachedStartSlack {
-			return nil
-		}
-		at = 0
+	if at, ok := command.FlushAt(delay, now, s.started.Unix()); ok {
+		return s.cat.Flush(bk, at, now)
 	}
-	return s.cat.Flush(bk, at, now)
+	return nil
 }
-
-// memcachedStartSlack: memcached dates its start ITEM_UPDATE_INTERVAL + 2
-// seconds before it (process_started in memcached.c).
-const memcachedStartSlack = 62
 
 // stats answers STAT: one reply per statistic, then an empty terminator.
 // The groups are package observe's (observe.View.Stats); an unknown one

@@ -58,6 +58,50 @@ func TestShutdownAnswersEverything(t *testing.T) {
 	checkAcked(t, k.Addr, acked)
 }
 
+// TestShutdownAnswersBacklog: connections that wrote megabytes of
+// pipelined SETs to a throttled bucket and did not read. At SIGTERM most of
+// their commands are not in kvd's input buffers but still in the sockets
+// (the server's receive queue, the client's send queue); they were sent
+// before the signal too, and each must get a reply before the end of file,
+// with no reset.
+func TestShutdownAnswersBacklog(t *testing.T) {
+	k := startKVD(t, throttleConfig(t, map[string]any{"anonymous_bucket": "slow"}, bucketConfig("slow", 50, 100)))
+	var loads []*shutdownLoad
+	written := make(chan error, 3)
+	for i := range 3 {
+		l := &shutdownLoad{c: dialRaw(t, k.Addr)}
+		var stream []byte
+		for j := range 2000 {
+			key := fmt.Sprintf("slow-q%d-%d", i, j)
+			val := key + strings.Repeat("v", 1000)
+			l.keys, l.values = append(l.keys, key), append(l.values, val)
+			stream = mc.AppendRequest(stream, reqWith(mc.OpSet, uint32(j+1), mc.AppendSetExtras(nil, 0, 0), key, val))
+		}
+		loads = append(loads, l)
+		go func() {
+			_ = l.c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			_, err := l.c.nc.Write(stream)
+			written <- err
+		}()
+	}
+	for range loads {
+		if err := <-written; err != nil {
+			t.Fatalf("writing the pipeline before SIGTERM: %v", err)
+		}
+	}
+	_ = k.cmd.Process.Signal(syscall.SIGTERM)
+	var wg sync.WaitGroup
+	for _, l := range loads {
+		wg.Go(func() { l.data, l.closed = l.c.drainUntilClosed(15 * time.Second) })
+	}
+	waitExit0(t, k)
+	wg.Wait()
+	acked, refused := checkShutdownReplies(t, loads)
+	t.Logf("%d SETs acknowledged, %d answered 0x86 shutting down", len(acked), refused)
+	k.start()
+	checkAcked(t, k.Addr, acked)
+}
+
 // startShutdownLoad logs in as tenant on bucket and writes a pipeline of n
 // SETs of size-byte values, opaques 1..n, in full.
 func startShutdownLoad(t *testing.T, addr, bucket, prefix string, n, size int) *shutdownLoad {
