@@ -198,6 +198,7 @@ func openCluster(now time.Time, opts ClusterOptions, a applier) (*Cluster, error
 	c := &Cluster{opts: opts, cli: cli, keys: newKeyspace(opts.Cluster), apply: a, log: opts.Logger,
 		pub: make(chan report, 1), newLife: make(chan struct{}, 1), view: newClusterView(), lastShares: map[string]Share{},
 		link: link{grace: 2 * opts.PublishPeriod, ttl: opts.LeaseTTL}}
+	joining := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), opts.DialTimeout)
 	rev, err := c.catchUp(ctx)
 	cancel()
@@ -213,7 +214,12 @@ func openCluster(now time.Time, opts ClusterOptions, a applier) (*Cluster, error
 		cli.Close()
 		return nil, fmt.Errorf("catalog: seed cluster %q: %w", opts.Cluster, err)
 	}
-	c.lastAnswer.Store(now.UnixNano())
+	// etcd has just answered: the time since now went to the catch-up and
+	// to waiting out a killed predecessor's lease (claimName), not to
+	// silence. And the members the catch-up found are the node count a
+	// fallback divides by until a tick in state up counts them.
+	c.lastAnswer.Store(now.Add(time.Since(joining)).UnixNano())
+	c.knownNodes = c.liveNodes()
 	ctx, c.cancel = context.WithCancel(context.Background())
 	c.wg.Add(2)
 	go c.watchLoop(ctx, rev)

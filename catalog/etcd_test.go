@@ -488,6 +488,28 @@ func TestClusterDepartedNodeShareGoesToSurvivors(t *testing.T) {
 	}
 }
 
+// TestClusterRestartAfterKillStartsUp: a node restarted under its name
+// after kill -9 waits for its old lease, then ticks in state up with a
+// share, not in fallback with the whole limit (it once took the whole
+// limit for its first tick: the wait counted as etcd's silence, and no
+// node count was known yet).
+func TestClusterRestartAfterKillStartsUp(t *testing.T) {
+	srv := etcdtest.Start(t)
+	nodes := []*testNode{startNode(t, srv, "a"), startNode(t, srv, "b"), startNode(t, srv, "c")}
+	demand := map[string]int64{"a": 5000, "b": 5000, "c": 5000}
+	tickUntil(t, nodes, demand, 5*time.Second, "even split", func(s map[string]Share) bool {
+		return s["a"].HardLimit == 1000 && s["b"].HardLimit == 1000 && s["c"].HardLimit == 1000
+	})
+	nodes[2].abandon()
+	start := time.Now()
+	c := startNode(t, srv, "c") // waits out the old lease
+	t.Logf("restarted after %v", time.Since(start))
+	first := tickAll([]*testNode{c}, demand)["c"]
+	if st := c.Status().State; st != LinkUp || first.HardLimit > 1500 {
+		t.Fatalf("first tick after the restart: state %v, share %+v; want up and at most half the limit", st, first)
+	}
+}
+
 func TestClusterEtcdOutage(t *testing.T) {
 	srv := etcdtest.Start(t)
 	nodes := []*testNode{startNode(t, srv, "a"), startNode(t, srv, "b")}

@@ -212,7 +212,9 @@ func TestClusterOptionsValidate(t *testing.T) {
 func TestLightNodeRoomKeepsHardLimit(t *testing.T) {
 	const hard = 3000
 	for _, light := range []int64{100, 400, 750, 950} { // below the fair 1000
-		demands := []int64{demandOf(light, false, hard, 3), demandOf(0, true, hard, 3), demandOf(0, true, hard, 3)}
+		// the refused nodes used what they were given: (hard - light) / 2
+		used := (hard - light) / 2
+		demands := []int64{demandOf(light, false, hard, 3), demandOf(used, true, hard, 3), demandOf(used, true, hard, 3)}
 		shares := splitShares(hard, demands, DefaultFloorPermille)
 		delivered := min(light, shares[0]) + shares[1] + shares[2]
 		if delivered < hard*95/100 || delivered > hard {
@@ -224,5 +226,30 @@ func TestLightNodeRoomKeepsHardLimit(t *testing.T) {
 	}
 	if d := demandOf(1000, false, tenant.Unlimited, 3); d != 1250 {
 		t.Errorf("no hard limit: demand %d, want usage plus a quarter", d)
+	}
+}
+
+// TestRefusedLightNodeAsksForRoom: a light node refused for a moment (its
+// clients' jitter) beside a node the limit refuses all the time: the light
+// node gets room to grow, and the busy node keeps most of the limit (when
+// a refused node wanted everything, the split went even for 3 ticks and the
+// cluster delivered 1,800 of 3,000). Two nodes both held down still split
+// evenly, and an idle node whose clients wake up claims a quarter of its
+// even share at once, then doubles.
+func TestRefusedLightNodeAsksForRoom(t *testing.T) {
+	const hard = 3000
+	shares := splitShares(hard, []int64{demandOf(300, true, hard, 2), demandOf(2650, true, hard, 2)}, DefaultFloorPermille)
+	if delivered := min(300, shares[0]) + shares[1]; shares[0] < 600 || delivered < hard*85/100 {
+		t.Errorf("light node refused once: shares %v deliver %d of %d", shares, delivered, hard)
+	}
+	shares = splitShares(hard, []int64{demandOf(1000, true, hard, 2), demandOf(2000, true, hard, 2)}, DefaultFloorPermille)
+	if shares[0] != 1500 || shares[1] != 1500 {
+		t.Errorf("both held down: shares %v, want an even split", shares)
+	}
+	if d := demandOf(0, true, hard, 2); d != 375 {
+		t.Errorf("idle node refused: demand %d, want a quarter of its even share (375)", d)
+	}
+	if d := demandOf(10, true, tenant.Unlimited, 2); d != wantAll {
+		t.Errorf("no hard limit, refused: demand %d, want all", d)
 	}
 }

@@ -406,9 +406,10 @@ func (c *conn) revalidate() {
 	}
 	name := c.user.Name
 	u, ok := c.srv.users.Lookup(name)
-	if !ok {
+	if !ok || !u.SameCredentials(c.user) {
+		reason := map[bool]string{false: "user deleted", true: "password changed"}[ok]
 		c.srv.log.Info("access revoked", "by", "config", "remote", c.remote, "user", name,
-			"reason", "user deleted: closing the connection")
+			"reason", reason+": closing the connection")
 		c.quitting = true
 		return
 	}

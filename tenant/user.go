@@ -2,6 +2,7 @@ package tenant
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -85,7 +86,8 @@ type User struct {
 	allBuckets bool                // buckets included "*"
 	buckets    map[string]struct{} // the buckets it may select, unless allBuckets
 	verifier   verifier
-	plain      bool // configured with a plain password
+	plain      bool     // configured with a plain password
+	credential [32]byte // SHA-256 of what the config file gave: the plain password or the hash
 }
 
 // NewUser builds a user from its config-file fields. Exactly one of
@@ -104,7 +106,8 @@ func NewUser(name, password, passwordHash string, buckets, privileges []string) 
 	if err != nil {
 		return nil, fmt.Errorf("%w for user %q: %v", ErrInvalidHash, name, err)
 	}
-	u := &User{Name: name, verifier: v, plain: password != "", buckets: make(map[string]struct{}, len(buckets))}
+	u := &User{Name: name, verifier: v, plain: password != "", buckets: make(map[string]struct{}, len(buckets)),
+		credential: sha256.Sum256([]byte(password + "\x00" + passwordHash))}
 	for _, b := range buckets {
 		if b == AllBuckets {
 			u.allBuckets = true
@@ -124,6 +127,12 @@ func NewUser(name, password, passwordHash string, buckets, privileges []string) 
 	}
 	return u, nil
 }
+
+// SameCredentials reports whether u and o were configured with the same
+// password or password hash: a reload that changes a user's password ends
+// the connections that logged in with the old one (a leaked password is
+// rotated to shut its holder out).
+func (u *User) SameCredentials(o *User) bool { return u.credential == o.credential }
 
 func checkUserName(name string) error {
 	if name == "" || len(name) > maxUserNameLen {

@@ -96,3 +96,26 @@ func TestRevokedUnthrottledIsThrottled(t *testing.T) {
 		return strings.Contains(k.Log(), "user=carol from=Unthrottled")
 	})
 }
+
+// TestPasswordChangeEndsOpenSessions: a reload that changes a user's
+// password closes the connections that logged in with the old one (an
+// operator rotating a leaked password shuts its holder out); the new
+// password logs in, and a user whose password stayed keeps hers open.
+func TestPasswordChangeEndsOpenSessions(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, revokeConfig(true, true, true))
+	alice := login(t, k.Addr, "alice", "alice-pw", "app")
+	bob := login(t, k.Addr, "bob", "bob-pw", "other")
+	cfg := strings.Replace(revokeConfig(true, true, true), `"alice-pw"`, `"alice-new-pw"`, 1)
+	if err := os.WriteFile(k.Config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !alice.closed(10 * time.Second) {
+		t.Fatalf("alice's connection still open 10 s after her password changed")
+	}
+	bob.expectStatus("bob's SET after alice's password changed", set("k", "v"), mc.StatusOK)
+	login(t, k.Addr, "alice", "alice-new-pw", "app").expectStatus("SET with the new password", set("k", "v"), mc.StatusOK)
+	waitFor(t, 5*time.Second, "the admin log naming alice's closed connection", func() bool {
+		return strings.Contains(k.Log(), "user=alice reason=\"password changed")
+	})
+}
