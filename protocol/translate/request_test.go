@@ -259,3 +259,31 @@ func TestExpiryAndFlushDelay(t *testing.T) {
 		t.Error("flush_all did not decode")
 	}
 }
+
+// TestResumeOwnsItsLine: a multi-get resumed after a wait keeps its keys
+// in a copy of its own line (the caller's buffer is valid for one pass);
+// it is resumed only while the input still starts with that line, and a
+// different command at the front is decoded as itself.
+func TestResumeOwnsItsLine(t *testing.T) {
+	s := decoded(t, "get a b c\r\n")
+	s.Next()
+	s.Ran()
+	buf := []byte("get a b c\r\nversion\r\n")
+	if n, ok := s.Decode(buf); !ok || n != len("get a b c\r\n") {
+		t.Fatalf("resumed: %d, %v", n, ok)
+	}
+	copy(buf, "xxxxxxxxxxx") // the pass is over: the buffer is reused
+	if n, ok := s.Decode([]byte("get a b c\r\n")); !ok || n != 11 {
+		t.Fatalf("resumed again: %d, %v", n, ok)
+	}
+	if st := s.Next(); st != Run || string(s.Request().Key) != "b" {
+		t.Fatalf("after the buffer was reused: step %d on %q, want b", st, s.Request().Key)
+	}
+	s.Ran()
+	if n, ok := s.Decode([]byte("delete x\r\n")); !ok || n != 10 || s.Command().Kind.Retrieval() {
+		t.Fatalf("another command at the front: %d, %v, %v", n, ok, s.Command().Kind)
+	}
+	if st := s.Next(); st != Run || string(s.Request().Key) != "x" {
+		t.Errorf("the other command: step %d on %q", st, s.Request().Key)
+	}
+}
