@@ -107,12 +107,10 @@ func newConn(s *Server, gc netConn, remote string) *conn {
 
 // scratch is the buffers a pass of an event loop works in: the replies it
 // collects (out) and the values of the GETs it answers from the item cache
-// (peek). They belong to the loop and are lent to the connection it serves
-// for one pass, so a connection that once answered a large value does not
-// keep a buffer of that size while it idles: between passes a connection
-// holds only what gnet holds for it, which the network memory budget
-// counts. (Each connection kept its own: 2,000 idle connections that had
-// each read a 1 MiB value held 2.6 GB.)
+// (peek). They are the loop's, lent to a connection for one pass, so that
+// between passes a connection holds only what gnet holds for it, which the
+// network memory budget counts (2,000 idle connections that had each read
+// a 1 MiB value held 2.6 GB when each kept its own).
 type scratch struct{ out, peek []byte }
 
 // keepScratch is the largest buffer a loop keeps from one pass to the next:

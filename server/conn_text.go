@@ -68,7 +68,9 @@ func (c *conn) decodeText() int {
 	}
 	switch {
 	case ok && t.Held():
-		c.swallow = n + t.Swallow() // swallowBody drops it all, then Next answers
+		if !c.loggedOut() { // before the login the answer closes at once (handleText)
+			c.swallow = n + t.Swallow() // swallowBody drops it all, then Next answers
+		}
 		return 0
 	case ok:
 		c.complete()
@@ -82,14 +84,15 @@ func (c *conn) decodeText() int {
 }
 
 // admitText is refuseAtHeader's budget check for an incomplete text
-// command of partial bytes so far. A storage command whose data block is
-// coming is judged at its full length: false refuses it. A multi-get line
-// past netmem.SmallFrame is judged at the longest it may grow to: with no
-// room it is answered and the connection closed, as memcached closes one
-// whose buffer it cannot grow (true: nothing more to hold).
+// command of partial bytes so far; before the login nothing past 4 KiB is
+// held. A storage command whose data block is coming is judged at its full
+// length: false refuses it. A multi-get line past netmem.SmallFrame is
+// judged at the longest it may grow to. With no room (or no login) it is
+// answered and the connection closed, as memcached closes one whose buffer
+// it cannot grow (true: nothing more to hold).
 func (c *conn) admitText(partial int) bool {
 	frame, budget := c.txt.Need(), c.srv.limits().MaxBufferBytes
-	if frame > binary.MaxSmallValue && c.loggedOut() { // a login's data is "<user> <password>"
+	if c.loggedOut() && max(frame, partial) > binary.MaxSmallValue { // a login is a set of "<user> <password>"
 		c.out, c.quitting = append(c.out, "CLIENT_ERROR unauthenticated\r\n"...), true
 		return true
 	}
@@ -155,11 +158,15 @@ func (c *conn) refuseText() {
 // Before login the first command is memcached's -Y authentication.
 func (c *conn) handleText() bool {
 	t := c.txt
-	if !t.Held() && c.loggedOut() {
-		if c.collect != nil {
+	if c.loggedOut() {
+		switch {
+		case c.collect != nil:
 			return false
+		case t.Held(): // a refused command before the login: memcached -Y closes
+			c.out, c.quitting = append(c.out, "CLIENT_ERROR unauthenticated\r\n"...), true
+		default:
+			c.textAuth(t.Command())
 		}
-		c.textAuth(t.Command())
 		return true
 	}
 	for st := t.Next(); st != translate.Done; st = t.Next() {

@@ -313,7 +313,7 @@ func (c *conn) textControl(cmd *text.Command) {
 	case text.KindMetaNoop:
 		c.out = text.AppendNoop(c.out)
 	case text.KindStats:
-		c.textStats(cmd.Keys)
+		c.textStats(translate.StatsArgs(cmd))
 	case text.KindFlushAll:
 		c.textFlush(translate.FlushDelay(cmd), cmd.NoReply)
 	}
@@ -332,10 +332,7 @@ func (c *conn) textAuth(cmd *text.Command) {
 		c.out = append(c.out, unauthenticated...)
 		return
 	}
-	var name, password []byte // memcached -Y's tokens: split at spaces, past the second ignored
-	if tok := bytes.FieldsFunc(cmd.Value, func(r rune) bool { return r == ' ' }); len(tok) >= 2 {
-		name, password = tok[0], tok[1]
-	}
+	name, password := translate.LoginTokens(cmd.Value)
 	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
 	c.startLogin(b, string(name), bytes.Clone(password), true, func(err error) {
 		if err != nil {
@@ -349,16 +346,9 @@ func (c *conn) textAuth(cmd *text.Command) {
 
 // textStats answers stats [group [arg]]: the general group as memcached
 // formats it and kvd's groups, from the gatherers binary's STAT uses.
-func (c *conn) textStats(args [][]byte) {
+func (c *conn) textStats(group, arg string) {
 	emit := func(name string, value []byte) { c.out = text.AppendStat(c.out, name, string(value)) }
-	var group, arg []byte
-	if len(args) > 0 {
-		group, args = args[0], args[1:]
-	}
-	if len(args) > 0 {
-		arg = args[0]
-	}
-	switch err := c.srv.view.Stats(string(group), string(arg), c.bucket, c.canSee, emit, emit); {
+	switch err := c.srv.view.Stats(group, arg, c.bucket, c.canSee, emit, emit); {
 	case errors.Is(err, observe.ErrUnknownGroup):
 		c.out = text.AppendError(c.out)
 	case err != nil:

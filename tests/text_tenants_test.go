@@ -71,6 +71,21 @@ func TestTextAuth(t *testing.T) {
 	if !big.closedByPeer(3 * time.Second) {
 		t.Error("the connection stayed open after a 1 MB set before login")
 	}
+	// Past the item size the set is refused at its line by the codec; before
+	// the login that is the same answer and close. An unfinished line past
+	// 4 KiB (a get that would be up to 1 MiB) is not held before the login
+	// either: memcached -Y closes a line past 2 KiB.
+	for what, in := range map[string]string{
+		"a set past the item size before login":   "set x 0 0 1048577\r\nalice alice-pw" + strings.Repeat("y", 5000),
+		"a 5 KB unfinished get line before login": "get " + strings.Repeat("k ", 2500),
+	} {
+		b := dialText(t, k.Addr)
+		b.send(in)
+		b.expect(what, "CLIENT_ERROR unauthenticated")
+		if !b.closedByPeer(3 * time.Second) {
+			t.Errorf("%s: the connection stayed open", what)
+		}
+	}
 	// Malformed credentials and unknown users are bad passwords too.
 	for _, cred := range []string{"alice", "nobody pw"} {
 		b := dialText(t, k.Addr)

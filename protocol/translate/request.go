@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"bytes"
 	mc "kvd/protocol/binary"
 	"kvd/protocol/text"
 )
@@ -157,4 +158,26 @@ func FlushDelay(cmd *text.Command) uint32 {
 		return 0
 	}
 	return uint32(cmd.Exptime)
+}
+
+// StatsArgs are a stats command's group and argument as binary STAT's key
+// carries them ("" when absent).
+func StatsArgs(cmd *text.Command) (group, arg string) {
+	if len(cmd.Keys) > 0 {
+		group = string(cmd.Keys[0])
+	}
+	if len(cmd.Keys) > 1 {
+		arg = string(cmd.Keys[1])
+	}
+	return group, arg
+}
+
+// LoginTokens are the user and password of a memcached -Y login's data
+// block, split at spaces as memcached splits it (tokens past the second
+// are ignored); both nil when there are fewer than two.
+func LoginTokens(block []byte) (user, password []byte) {
+	if tok := bytes.FieldsFunc(block, func(r rune) bool { return r == ' ' }); len(tok) >= 2 {
+		return tok[0], tok[1]
+	}
+	return nil, nil
 }
