@@ -96,6 +96,7 @@ var hostileCases = []hostileCase{
 	{"mg flags", "set k 5 0 2\r\nhi\r\nmg k v f t c s k O123\r\nmg k\r\nmg k q\r\nmg k v q\r\nmg zz v q\r\nmg zz v k O9\r\nmn\r\n"},
 	{"mg errors", "mg k zz\r\nmg k O12345678901234567890123456789012345\r\nmg k v v\r\nmg k N\r\nmg k Tx\r\nmg k b\r\n"},
 	{"mg too many flags", "mg k a b c d e f g h i j k l m n o p q r s t u v\r\nmg k v f t c s O1 O2 O3 O4 O5 O6 O7 O8 O9 O10 O11 O12 O13 O14\r\n"},
+	{"md and ma too many flags", "md k q q q q q q q q q q q q q q q q q q q\r\nma k q q q q q q q q q q q q q q q q q q q\r\nmn\r\n"},
 	{"base64 keys", "ms azE= 2 b\r\nhi\r\nmg azE= b v k\r\nmg azE= b k c\r\nmg a1== b v k\r\nget a1\r\nmd azE= b q k\r\nmd azE= b k\r\n"},
 	{"ms forms", "ms k 2 T0 F5 c\r\nhi\r\nms k 2 C1\r\nab\r\nms k 2 C2 c k\r\nab\r\nms k 2 q\r\nxy\r\nms k 1 ME\r\nz\r\nms k 1 MA\r\nz\r\nms k 1 MP\r\na\r\nms zz 1 MR\r\nz\r\nms zz 1 MA q\r\nz\r\nmg k v\r\nmn\r\n"},
 	{"ms errors", "ms k\r\nms k x\r\nms k 2 MX\r\nhi\r\nms k 2 Mxy\r\nhi\r\nms k 2 Fx\r\nhi\r\nms k -1\r\nms k 2 zz\r\nhi\r\nms k 2\r\nhiya\r\nmn\r\n"},

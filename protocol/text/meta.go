@@ -7,8 +7,9 @@ import "encoding/base64"
 const maxMetaTokens = 20
 
 var (
-	replyFlagsTooLong = []byte("CLIENT_ERROR options flags are too long\r\n")
-	replyInvalidOrDup = []byte("CLIENT_ERROR invalid or duplicate flag\r\n")
+	replyFlagsTooLong    = []byte("CLIENT_ERROR options flags too long\r\n")     // md, ma, ms (memcached's wording)
+	replyGetFlagsTooLong = []byte("CLIENT_ERROR options flags are too long\r\n") // mg's
+	replyInvalidOrDup    = []byte("CLIENT_ERROR invalid or duplicate flag\r\n")
 )
 
 // parseMeta parses mg, ms, md, ma, mn and me.
@@ -52,6 +53,9 @@ func (c *Command) parseMeta(tk *tokens) *Error {
 		first = 3
 	}
 	if tk.ntokens() > maxMetaTokens {
+		if c.Kind == KindMetaGet {
+			return c.metaFail(replyGetFlagsTooLong)
+		}
 		return c.metaFail(replyFlagsTooLong)
 	}
 	if e := c.parseFlags(tk.t[first:tk.n]); e != nil {
