@@ -79,7 +79,8 @@ func newSpaceGuard(fs vfs.FS, dir string, reserve int64, log *slog.Logger) *spac
 // openSpaceGuard returns the guard for Open (nil when disabled) after a
 // first look at the disk. With less than half the reserve free, Pebble
 // could not even replay its WAL and write a new MANIFEST, so the guard is
-// read-only: one log line says so and Open opens Pebble read-only.
+// read-only: one log line says so and Open opens Pebble read-only (or,
+// with no store in Dir yet, fails with ErrNoSpace).
 func openSpaceGuard(fs vfs.FS, opts *Options) (*spaceGuard, error) {
 	g := newSpaceGuard(fs, opts.Dir, opts.DiskReserve, opts.Logger)
 	if g == nil {
@@ -90,6 +91,10 @@ func openSpaceGuard(fs vfs.FS, opts *Options) (*spaceGuard, error) {
 		return nil, fmt.Errorf("engine: disk usage of %s: %w", opts.Dir, err)
 	}
 	if avail := int64(min(u.AvailBytes, 1<<62)); avail < g.reserve/2 {
+		if d, err := pebble.Peek(opts.Dir, fs); err == nil && !d.Exists {
+			return nil, fmt.Errorf("%w: %d bytes free on %s, less than half the %d reserved for compactions: no new store can be created there",
+				ErrNoSpace, avail, opts.Dir, g.reserve)
+		}
 		g.readOnly = true
 		g.full.Store(true)
 		g.log.Error("engine: disk full at open: serving reads only; every write fails until kvd restarts with more free space",

@@ -228,6 +228,12 @@ func reopenFull(t *testing.T, mnt, dir string, acked map[string][]byte) {
 	if n := logs.lines(); n > 10 {
 		t.Errorf("%d log lines after reopening on a full disk:\n%s", n, logs)
 	}
+	// No store to open read-only: Open says that the disk is full.
+	fresh := filepath.Join(mnt, "fresh")
+	_, err = Open(Options{Dir: fresh, WALSync: true, Logger: quietLogger(), Now: clockAt(t0), ItemCacheSize: testItemCacheSize})
+	if !errors.Is(err, ErrNoSpace) {
+		t.Errorf("Open of a new store on a full disk: %v, want ErrNoSpace", err)
+	}
 }
 
 // TestAdmitAllocs: the guard's common path is two atomic adds.
