@@ -42,6 +42,10 @@ func run() error {
 	clusterEndpoints := flag.String("cluster", "", "join a cluster through these etcd endpoints (comma-separated); empty: a single node")
 	nodeName := flag.String("node-name", "", "this node's name in the cluster (required with --cluster)")
 	flag.Parse()
+	// From the start: a signal while the store opens (100,000 buckets take
+	// a while) stops kvd cleanly once it is up, not with the default exit.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 
 	log, err := newLogger(*level)
 	if err != nil {
@@ -81,8 +85,6 @@ func run() error {
 		defer startWatcher(source, loaded, *listen, *dataDir, srv, log).Stop()
 	}
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	got := <-sig
 	log.Info("shutting down", "signal", got.String())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
