@@ -149,6 +149,7 @@ func (c *conn) refuseText() {
 			c.out = text.AppendServerError(c.out, shutdownReason)
 		}
 		_, _ = c.gc.Discard(n)
+		t.Drop()
 	}
 }
 

@@ -61,6 +61,46 @@ func (tk *tokens) split(line []byte) {
 	}
 }
 
+// Line is the line Decode tokenizes at the front of buf, which holds it
+// whole with its newline: without the newline, a '\r' before it and
+// whatever follows a NUL byte.
+func Line(buf []byte) []byte {
+	line := buf[:max(bytes.IndexByte(buf, '\n'), 0)]
+	if len(line) > 1 && line[len(line)-1] == '\r' {
+		line = line[:len(line)-1]
+	}
+	if z := bytes.IndexByte(line, 0); z >= 0 {
+		line = line[:z]
+	}
+	return line
+}
+
+// Token is the token of line at or after byte off, as Decode splits lines
+// (runs of spaces separate), and the offset just past it; nil at the end.
+func Token(line []byte, off int) (tok []byte, end int) {
+	for off < len(line) && line[off] == ' ' {
+		off++
+	}
+	end = off + bytes.IndexByte(line[off:], ' ')
+	if end < off {
+		end = len(line)
+	}
+	if end == off {
+		return nil, end
+	}
+	return line[off:end:end], end
+}
+
+// FirstKey is the offset in line of the first key of the multi-get of kind
+// k (a get, gets, gat or gats line): past the command, and gat's exptime.
+func FirstKey(line []byte, k Kind) int {
+	_, off := Token(line, 0)
+	if k == KindGat || k == KindGats {
+		_, off = Token(line, off)
+	}
+	return off
+}
+
 // ntokens is memcached's count: the tokens plus the terminal one.
 func (tk *tokens) ntokens() int { return tk.n + 1 }
 
@@ -81,13 +121,7 @@ func Decode(buf []byte, opts DecodeOptions, cmd *Command) (int, error) {
 	if nl < 0 {
 		return 0, cmd.checkUnterminated(buf, opts)
 	}
-	line, n := buf[:nl], nl+1
-	if len(line) > 1 && line[len(line)-1] == '\r' {
-		line = line[:len(line)-1]
-	}
-	if z := bytes.IndexByte(line, 0); z >= 0 {
-		line = line[:z] // memcached reads the line as a C string
-	}
+	line, n := Line(buf), nl+1 // memcached reads the line as a C string
 	var tk tokens
 	tk.split(line)
 	if e := cmd.parse(&tk); e != nil {

@@ -260,25 +260,35 @@ func TestExpiryAndFlushDelay(t *testing.T) {
 	}
 }
 
-// TestResumeOwnsItsLine: a multi-get resumed after a wait keeps its keys
-// in a copy of its own line (the caller's buffer is valid for one pass);
-// it is resumed only while the input still starts with that line, and a
-// different command at the front is decoded as itself.
-func TestResumeOwnsItsLine(t *testing.T) {
-	s := decoded(t, "get a b c\r\n")
+// TestResumeTakesKeysFromTheLine: a multi-get resumed after a wait takes
+// its keys from the input of the pass that resumes it (the previous pass's
+// buffer is reused by then), without decoding the line again; a different
+// command at the front is decoded as itself.
+func TestResumeTakesKeysFromTheLine(t *testing.T) {
+	s := decoded(t, "get a  bb c\r\n")
 	s.Next()
 	s.Ran()
-	buf := []byte("get a b c\r\nversion\r\n")
-	if n, ok := s.Decode(buf); !ok || n != len("get a b c\r\n") {
+	buf := []byte("get a  bb c\r\nversion\r\n")
+	if n, ok := s.Decode(buf); !ok || n != len("get a  bb c\r\n") {
 		t.Fatalf("resumed: %d, %v", n, ok)
 	}
-	copy(buf, "xxxxxxxxxxx") // the pass is over: the buffer is reused
-	if n, ok := s.Decode([]byte("get a b c\r\n")); !ok || n != 11 {
+	copy(buf, "xxxxxxxxxxxx") // the pass is over: the buffer is reused
+	if n, ok := s.Decode([]byte("get a  bb c\r\n")); !ok || n != 13 {
 		t.Fatalf("resumed again: %d, %v", n, ok)
 	}
-	if st := s.Next(); st != Run || string(s.Request().Key) != "b" {
-		t.Fatalf("after the buffer was reused: step %d on %q, want b", st, s.Request().Key)
+	if st := s.Next(); st != Run || string(s.Request().Key) != "bb" {
+		t.Fatalf("after the buffer was reused: step %d on %q, want bb", st, s.Request().Key)
 	}
+	s.Ran()
+	if st := s.Next(); st != Run || string(s.Request().Key) != "c" || !s.cur.last {
+		t.Fatalf("last key: step %d on %q (last %v)", st, s.Request().Key, s.cur.last)
+	}
+	s.Ran()
+	if st := s.Next(); st != Done {
+		t.Fatalf("after the last key: step %d", st)
+	}
+	s = decoded(t, "get a b\r\n")
+	s.Next()
 	s.Ran()
 	if n, ok := s.Decode([]byte("delete x\r\n")); !ok || n != 10 || s.Command().Kind.Retrieval() {
 		t.Fatalf("another command at the front: %d, %v, %v", n, ok, s.Command().Kind)

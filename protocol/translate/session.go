@@ -84,7 +84,19 @@ type Session struct {
 	abort  bool                    // a key of the current multi-get was refused
 	held   held                    // a refused command, answered by Next
 	aux    []byte                  // opaque and raw key of a reply answered on the loop
-	line   []byte                  // a multi-get resumed after a wait: its line, which its keys view
+	multi  multiGet                // the multi-get being carried out
+}
+
+// multiGet is where a multi-get is: its keys are taken from its line one at
+// a time (text.Token), from the offset of the next one to run, so that a
+// multi-get that waits (its keys fill a batch) and is decoded again costs
+// nothing more: decoding its line at every wait made n keys cost n²/64 (a
+// 920 KB line of 460,000 keys kept a loop busy for more than 25 minutes).
+type multiGet struct {
+	line        []byte // its line in the input Decode was given (valid for that pass)
+	n           int    // the command's length in the input
+	keys        int    // how many keys it has
+	next, after int    // byte offsets in line: the key to run (key number step), and past the one Next gave
 }
 
 // held is a command Decode refused: its error is answered once its data
@@ -129,33 +141,31 @@ func (s *Session) Decode(buf []byte) (n int, ok bool) {
 	if n == 0 && s.cmd.Kind.Storage() {
 		s.need = bytes.IndexByte(buf, '\n') + 1 + s.cmd.DataLen() + 2
 	}
+	if n > 0 && s.cmd.Kind.Retrieval() {
+		line := text.Line(buf)
+		s.multi = multiGet{line: line, n: n, keys: len(s.cmd.Keys), next: text.FirstKey(line, s.cmd.Kind)}
+	}
 	return n, n > 0
 }
 
-// resume decodes a multi-get that waited after some of its keys ran (the
-// batch they filled went to a worker) and is at the front of buf again.
-// The line is decoded once more into a copy of its own, whose keys stay
-// valid from pass to pass, and later resumptions only check that buf still
-// starts with it: decoding the whole line at every wait, once per batch of
-// keys, made a multi-get of n keys cost n²/64 (a 920 KB line of 460,000
-// keys kept a loop busy for more than 25 minutes).
+// resume takes up a multi-get that waited after some of its keys ran (the
+// batch they filled went to a worker), at the front of buf again: only its
+// line is found in buf, not decoded.
 func (s *Session) resume(buf []byte) (n int, ok bool) {
-	if len(s.line) > 0 && bytes.HasPrefix(buf, s.line) {
-		return len(s.line), true
-	}
-	step := s.step
-	n, err := text.Decode(buf, s.opts, &s.cmd)
-	if err != nil || n == 0 || !s.cmd.Kind.Retrieval() {
-		s.step = 0 // not the command that waited (Decode is not called so)
+	m := &s.multi
+	if len(buf) < m.n || buf[m.n-1] != '\n' { // not the command that waited (Decode is not called so)
+		s.step = 0
 		return s.Decode(buf)
 	}
-	s.line = append(s.line[:0], buf[:n]...)
-	if m, err := text.Decode(s.line, s.opts, &s.cmd); err != nil || m != n {
-		panic("translate: a line decoded differently from its copy")
-	}
-	s.step, s.need = step, 0
-	return n, true
+	m.line, s.need = text.Line(buf[:m.n]), 0
+	s.cmd.Key, s.cmd.Keys = nil, s.cmd.Keys[:0] // they viewed an input gone since: Next takes keys from line
+	return m.n, true
 }
+
+// Drop forgets the command last decoded, which the caller answered itself
+// and dropped from its input (a shutdown's refusal): the next Decode
+// decodes afresh, even after a multi-get that waited.
+func (s *Session) Drop() { s.step, s.abort, s.multi = 0, false, multiGet{} }
 
 // Need is, after Decode found its buffer incomplete, the length of the
 // storage command whose line it holds (line, data block and "\r\n"); 0
@@ -203,7 +213,10 @@ func (s *Session) Answer() []byte { return s.answer }
 
 // Ran records that the server carried out the step Next returned. A step
 // that must wait is not recorded: Next returns it again.
-func (s *Session) Ran() { s.step++ }
+func (s *Session) Ran() {
+	s.step++
+	s.multi.next = s.multi.after
+}
 
 // Next returns the next step of the held refusal, else of the command last
 // decoded; Done when there is none left.
@@ -236,8 +249,8 @@ func (s *Session) Next() Step {
 // the last key's reply carries the END. Keys already admitted are skipped
 // when the line is decoded again after a wait.
 func (s *Session) nextKey() Step {
-	keys := s.cmd.Keys
-	if len(keys) == 0 { // "gat 0": memcached answers END
+	m := &s.multi
+	if m.keys == 0 { // "gat 0": memcached answers END
 		if s.step > 0 {
 			s.step = 0
 			return Done
@@ -245,19 +258,18 @@ func (s *Session) nextKey() Step {
 		s.answer = lineEnd
 		return Answer
 	}
-	if s.step >= len(keys) || s.abort {
-		s.step, s.abort = 0, false
-		if s.line = s.line[:0]; cap(s.line) > 64<<10 {
-			s.line = nil // a large multi-get's line is not kept
-		}
+	if s.step >= m.keys || s.abort {
+		s.step, s.abort, m.line = 0, false, nil
 		return Done
 	}
 	op := mc.OpGet
 	if k := s.cmd.Kind; k == text.KindGat || k == text.KindGats {
 		op = mc.OpGAT
 	}
-	s.cur = Reply{kind: s.cmd.Kind, last: s.step == len(keys)-1}
-	s.build(op, keys[s.step])
+	var key []byte
+	key, m.after = text.Token(m.line, m.next)
+	s.cur = Reply{kind: s.cmd.Kind, last: s.step == m.keys-1}
+	s.build(op, key)
 	return Run
 }
 
