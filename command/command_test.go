@@ -125,7 +125,8 @@ func TestHello(t *testing.T) {
 }
 
 // TestFlushAt: memcached's flush delays. Relative delays and future
-// absolute times are kept; an absolute time that has passed flushes now if
+// absolute times take effect a second early (memcached's oldest_live is
+// realtime(delay) - 1); an absolute time that has passed flushes now if
 // it is after the server started (less memcached's 62 s slack) and nothing
 // if it is before.
 func TestFlushAt(t *testing.T) {
@@ -135,8 +136,10 @@ func TestFlushAt(t *testing.T) {
 		ok        bool
 	}{
 		{0, 0, true},
-		{10, now + 10, true},
-		{now + 100, now + 100, true},
+		{1, 0, true}, // memcached's oldest_live is now: at once
+		{10, now + 9, true},
+		{now + 100, now + 99, true},
+		{now + 1, 0, true},
 		{now - 5, 0, true},                  // passed, after the start: at once
 		{started - 61, 0, true},             // within the slack: at once
 		{started - 62, 0, false},            // before the (slackened) start: nothing

@@ -32,16 +32,21 @@ func ExpiryAt(exp, now uint32) uint32 {
 }
 
 // FlushAt converts FLUSH's and flush_all's delay into the time the flush
-// takes effect (0 = now), in memcached's meaning: an absolute time that has
-// passed flushes at once if it is after the server started (started, Unix
-// seconds), and flushes nothing (ok false) if it is before, as memcached's
-// realtime() has it (it dates its start memcachedStartSlack earlier).
+// takes effect (0 = now), in memcached's meaning: a delay takes effect a
+// second before it ends (memcached's oldest_live is realtime(delay) - 1, so
+// a delay of 1 flushes at once); an absolute time that has passed flushes
+// at once if it is after the server started (started, Unix seconds), and
+// flushes nothing (ok false) if it is before, as memcached's realtime() has
+// it (it dates its start memcachedStartSlack earlier).
 func FlushAt(delay, now uint32, started int64) (at uint32, ok bool) {
 	at = ExpiryAt(delay, now)
 	if at != 0 && at <= now {
 		return 0, int64(at) > started-memcachedStartSlack
 	}
-	return at, true
+	if at == 0 || at-1 <= now {
+		return 0, true
+	}
+	return at - 1, true
 }
 
 // memcachedStartSlack: memcached dates its start ITEM_UPDATE_INTERVAL + 2

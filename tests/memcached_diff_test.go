@@ -108,6 +108,9 @@ func TestMemcachedDiffFlushDelay(t *testing.T) {
 	p.same("GET c after a FLUSH in 30 days", get("c"))
 	p.same("FLUSH delay 0", flushReq(0))
 	p.same("GET c after FLUSH 0", get("c"))
+	p.same("SET d", setReq("d", "4"))
+	p.same("FLUSH delay 1 (memcached: realtime(1) - 1, now)", flushReq(1))
+	p.same("GET d right after FLUSH 1", get("d"))
 }
 
 // TestMemcachedDiffArithValues: INCR and DECR parse stored values as
