@@ -470,13 +470,21 @@ func TestClusterSharesFollowDemand(t *testing.T) {
 	}
 }
 
-func TestClusterDepartedNodeShareGoesToSurvivors(t *testing.T) {
+// threeEvenNodes starts nodes a, b and c, all wanting more than the hard
+// limit of 3000, and ticks them until each holds a third.
+func threeEvenNodes(t *testing.T) (*etcdtest.Server, []*testNode, map[string]int64) {
+	t.Helper()
 	srv := etcdtest.Start(t)
 	nodes := []*testNode{startNode(t, srv, "a"), startNode(t, srv, "b"), startNode(t, srv, "c")}
 	demand := map[string]int64{"a": 5000, "b": 5000, "c": 5000}
 	tickUntil(t, nodes, demand, 5*time.Second, "even split", func(s map[string]Share) bool {
 		return s["a"].HardLimit == 1000 && s["b"].HardLimit == 1000 && s["c"].HardLimit == 1000
 	})
+	return srv, nodes, demand
+}
+
+func TestClusterDepartedNodeShareGoesToSurvivors(t *testing.T) {
+	_, nodes, demand := threeEvenNodes(t)
 	nodes[2].abandon() // killed: its lease (TTL 2 s) expires on its own
 	ttl := nodes[0].opts.LeaseTTL
 	_, d := tickUntil(t, nodes[:2], demand, ttl+2*time.Second, "survivors take the share", func(s map[string]Share) bool {
@@ -494,12 +502,7 @@ func TestClusterDepartedNodeShareGoesToSurvivors(t *testing.T) {
 // limit for its first tick: the wait counted as etcd's silence, and no
 // node count was known yet).
 func TestClusterRestartAfterKillStartsUp(t *testing.T) {
-	srv := etcdtest.Start(t)
-	nodes := []*testNode{startNode(t, srv, "a"), startNode(t, srv, "b"), startNode(t, srv, "c")}
-	demand := map[string]int64{"a": 5000, "b": 5000, "c": 5000}
-	tickUntil(t, nodes, demand, 5*time.Second, "even split", func(s map[string]Share) bool {
-		return s["a"].HardLimit == 1000 && s["b"].HardLimit == 1000 && s["c"].HardLimit == 1000
-	})
+	srv, nodes, demand := threeEvenNodes(t)
 	nodes[2].abandon()
 	start := time.Now()
 	c := startNode(t, srv, "c") // waits out the old lease
