@@ -149,15 +149,15 @@ func (s *Session) Decode(buf []byte) (n int, ok bool) {
 }
 
 // resume takes up a multi-get that waited after some of its keys ran (the
-// batch they filled went to a worker), at the front of buf again: only its
-// line is found in buf, not decoded.
+// batch they filled went to a worker), at the front of buf again: its line
+// is neither decoded nor searched again, only taken from buf.
 func (s *Session) resume(buf []byte) (n int, ok bool) {
 	m := &s.multi
 	if len(buf) < m.n || buf[m.n-1] != '\n' { // not the command that waited (Decode is not called so)
 		s.step = 0
 		return s.Decode(buf)
 	}
-	m.line, s.need = text.Line(buf[:m.n]), 0
+	m.line, s.need = buf[:len(m.line)], 0 // the line's length is known: not searched again
 	s.cmd.Key, s.cmd.Keys = nil, s.cmd.Keys[:0] // they viewed an input gone since: Next takes keys from line
 	return m.n, true
 }
