@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -95,7 +96,7 @@ func Open(opts Options) (*DB, error) {
 	po := opts.pebbleOptions()
 	po.FS = pageFS{fs}
 	po.ReadOnly = space.readOnlyOpen()
-	pdb, err := pebble.Open(opts.Dir, po)
+	pdb, err := openLocked(opts, po)
 	if err != nil {
 		return nil, fmt.Errorf("engine: open %s: %w", opts.Dir, err)
 	}
@@ -313,4 +314,30 @@ func closeIter(it *pebble.Iterator, what string) error {
 		return fmt.Errorf("engine: %s: %w", what, err)
 	}
 	return nil
+}
+
+// lockWait is how long Open waits for the store's lock while another
+// process holds it: a kvd killed with -9 and started again at once finds
+// its predecessor's lock until the kernel has finished that process.
+const lockWait = 5 * time.Second
+
+// openLocked opens Pebble, waiting up to lockWait (one log line) while
+// another process holds the store's lock; a second kvd on the same data
+// directory then fails with the lock error.
+func openLocked(opts Options, po *pebble.Options) (*pebble.DB, error) {
+	deadline := time.Now().Add(lockWait)
+	for logged := false; ; logged = true {
+		pdb, err := pebble.Open(opts.Dir, po)
+		if !errors.Is(err, syscall.EAGAIN) {
+			return pdb, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: another process uses this data directory (it holds the store's LOCK)", err)
+		}
+		if !logged {
+			opts.Logger.Warn("engine: the store's lock is held by another process; waiting for it",
+				"dir", opts.Dir, "wait", lockWait)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

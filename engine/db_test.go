@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -429,5 +430,57 @@ func TestPebbleCompactionSettings(t *testing.T) {
 	}
 	if vs := po.Experimental.ValueSeparationPolicy; vs != nil && vs().Enabled {
 		t.Errorf("value separation is on: the open's warm-up would read values across blob files")
+	}
+}
+
+// TestOpenWaitsForTheLock: a store whose lock another process holds is
+// opened once that process exits within lockWait (a kvd started again
+// right after a kill -9), and otherwise Open fails saying the directory is
+// in use. The other process is this test binary, holding the store open
+// for KVD_ENGINE_HOLD.
+func TestOpenWaitsForTheLock(t *testing.T) {
+	if dir := os.Getenv(childDirEnv); dir != "" {
+		hold, _ := time.ParseDuration(os.Getenv("KVD_ENGINE_HOLD"))
+		if _, err := Open(Options{Dir: dir, Logger: quietLogger(), Now: clockAt(t0)}); err != nil {
+			fmt.Println(err)
+			os.Exit(2)
+		}
+		fmt.Println("holding")
+		time.Sleep(hold)
+		os.Exit(0) // without Close, as a kill would
+	}
+	holder := func(dir, hold string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestOpenWaitsForTheLock$")
+		cmd.Env = append(os.Environ(), childDirEnv+"="+dir, "KVD_ENGINE_HOLD="+hold)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		if line != "holding\n" {
+			t.Fatalf("holder: %q", line)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	dir := t.TempDir()
+	holder(dir, "500ms")
+	db, err := Open(Options{Dir: dir, Logger: quietLogger(), Now: clockAt(t0)})
+	if err != nil {
+		t.Fatalf("Open while another process was about to let the store go: %v", err)
+	}
+	_ = db.Close()
+	busy := t.TempDir()
+	holder(busy, "20s")
+	start := time.Now()
+	if _, err := Open(Options{Dir: busy, Logger: quietLogger(), Now: clockAt(t0)}); err == nil ||
+		!strings.Contains(err.Error(), "another process uses this data directory") {
+		t.Errorf("Open of a store in use: %v, want the lock explained", err)
+	}
+	if d := time.Since(start); d < lockWait {
+		t.Errorf("gave up after %v, want %v", d, lockWait)
 	}
 }
