@@ -157,7 +157,7 @@ func (s *Session) resume(buf []byte) (n int, ok bool) {
 		s.step = 0
 		return s.Decode(buf)
 	}
-	m.line, s.need = buf[:len(m.line)], 0 // the line's length is known: not searched again
+	m.line, s.need = buf[:len(m.line)], 0       // the line's length is known: not searched again
 	s.cmd.Key, s.cmd.Keys = nil, s.cmd.Keys[:0] // they viewed an input gone since: Next takes keys from line
 	return m.n, true
 }
