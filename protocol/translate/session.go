@@ -246,8 +246,8 @@ func (s *Session) Next() Step {
 }
 
 // nextKey steps through a multi-get one key at a time, each a GET (or GAT);
-// the last key's reply carries the END. Keys already admitted are skipped
-// when the line is decoded again after a wait.
+// the last key's reply carries the END. After a wait the multi-get goes on
+// from the key it stopped at (multiGet).
 func (s *Session) nextKey() Step {
 	m := &s.multi
 	if m.keys == 0 { // "gat 0": memcached answers END
