@@ -680,7 +680,7 @@ func (c *conn) sendFIN() gnet.Action {
 	if !ok {
 		return gnet.Close
 	}
-	if !c.settle.Done(sock.Fd(), time.Now(), shutdownPoll, shutdownGrace/3) {
+	if !c.settle.Done(sock.Fd(), time.Now(), shutdownPoll, shutdownRead) {
 		return gnet.None
 	}
 	if err := syscall.Shutdown(sock.Fd(), syscall.SHUT_WR); err != nil {

@@ -93,7 +93,7 @@ func (c *conn) decodeText() int {
 func (c *conn) admitText(partial int) bool {
 	frame, budget := c.txt.Need(), c.srv.limits().MaxBufferBytes
 	if c.loggedOut() && max(frame, partial) > binary.MaxSmallValue { // a login is a set of "<user> <password>"
-		c.out, c.quitting = append(c.out, "CLIENT_ERROR unauthenticated\r\n"...), true
+		c.out, c.quitting = text.AppendClientError(c.out, unauthenticated), true
 		return true
 	}
 	if frame == 0 && partial > netmem.SmallFrame {
@@ -125,6 +125,9 @@ func (c *conn) peekText() []byte {
 	}
 	return buf
 }
+
+// unauthenticated is the reason of every refusal before a text login.
+const unauthenticated = "unauthenticated"
 
 // loggedOut reports whether the text connection must log in first
 // (memcached's -Y): no user, and no anonymous bucket.
@@ -164,7 +167,7 @@ func (c *conn) handleText() bool {
 		case c.collect != nil:
 			return false
 		case t.Held(): // a refused command before the login: memcached -Y closes
-			c.out, c.quitting = append(c.out, "CLIENT_ERROR unauthenticated\r\n"...), true
+			c.out, c.quitting = text.AppendClientError(c.out, unauthenticated), true
 		default:
 			c.textAuth(t.Command())
 		}

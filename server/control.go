@@ -327,16 +327,15 @@ func (c *conn) textControl(cmd *text.Command) {
 // "CLIENT_ERROR unauthenticated"; a bad password also closes the
 // connection.
 func (c *conn) textAuth(cmd *text.Command) {
-	const unauthenticated = "CLIENT_ERROR unauthenticated\r\n"
 	if cmd.Kind != text.KindSet {
-		c.out = append(c.out, unauthenticated...)
+		c.out = text.AppendClientError(c.out, unauthenticated)
 		return
 	}
 	name, password := translate.LoginTokens(cmd.Value)
 	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
 	c.startLogin(b, string(name), bytes.Clone(password), true, func(err error) {
 		if err != nil {
-			b.Out = append(b.Out, unauthenticated...)
+			b.Out = text.AppendClientError(b.Out, unauthenticated)
 			b.After = func() { c.quitting = true }
 			return
 		}
@@ -397,7 +396,10 @@ func (c *conn) revalidate() {
 	name := c.user.Name
 	u, ok := c.srv.users.Lookup(name)
 	if !ok || !u.SameCredentials(c.user) {
-		reason := map[bool]string{false: "user deleted", true: "password changed"}[ok]
+		reason := "user deleted"
+		if ok {
+			reason = "password changed"
+		}
 		c.srv.log.Info("access revoked", "by", "config", "remote", c.remote, "user", name,
 			"reason", reason+": closing the connection")
 		c.quitting = true

@@ -15,6 +15,7 @@ const (
 	shutdownGrace  = 3 * time.Second
 	shutdownPoll   = 20 * time.Millisecond
 	shutdownReason = "shutting down"
+	shutdownRead   = time.Second // at most this long a connection's socket is read for input sent before the signal (sendFIN)
 )
 
 // Shutdown stops accepting connections and drains the open ones (see

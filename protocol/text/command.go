@@ -178,6 +178,7 @@ type Command struct {
 	CAS     uint64   // cas unique
 	Delta   uint64   // incr/decr
 	Value   []byte   // data block, without its "\r\n"
+	Line    []byte   // the command line as tokenized (without "\r\n"; cut at a NUL)
 	Level   uint64   // verbosity level
 	NoReply bool     // classic noreply
 	HasArg  bool     // flush_all: a delay was given
@@ -196,7 +197,7 @@ func (c *Command) reset() {
 	if cap(keys) == 0 {
 		keys = c.keys[:0]
 	}
-	c.Kind, c.Key, c.Keys, c.Value = KindNone, nil, keys, nil
+	c.Kind, c.Key, c.Keys, c.Value, c.Line = KindNone, nil, keys, nil, nil
 	c.Flags, c.Exptime, c.CAS, c.Delta, c.Level = 0, 0, 0, 0, 0
 	c.NoReply, c.HasArg, c.declared = false, false, 0
 	c.Meta = Meta{}

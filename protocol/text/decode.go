@@ -61,11 +61,11 @@ func (tk *tokens) split(line []byte) {
 	}
 }
 
-// Line is the line Decode tokenizes at the front of buf, which holds it
-// whole with its newline: without the newline, a '\r' before it and
-// whatever follows a NUL byte.
-func Line(buf []byte) []byte {
-	line := buf[:max(bytes.IndexByte(buf, '\n'), 0)]
+// lineAt is the line Decode tokenizes at the front of buf, whose newline
+// is at nl: without the newline, a '\r' before it and whatever follows a
+// NUL byte (memcached reads the line as a C string).
+func lineAt(buf []byte, nl int) []byte {
+	line := buf[:nl]
 	if len(line) > 1 && line[len(line)-1] == '\r' {
 		line = line[:len(line)-1]
 	}
@@ -121,7 +121,8 @@ func Decode(buf []byte, opts DecodeOptions, cmd *Command) (int, error) {
 	if nl < 0 {
 		return 0, cmd.checkUnterminated(buf, opts)
 	}
-	line, n := Line(buf), nl+1 // memcached reads the line as a C string
+	line, n := lineAt(buf, nl), nl+1
+	cmd.Line = line
 	var tk tokens
 	tk.split(line)
 	if e := cmd.parse(&tk); e != nil {

@@ -142,7 +142,7 @@ func (s *Session) Decode(buf []byte) (n int, ok bool) {
 		s.need = bytes.IndexByte(buf, '\n') + 1 + s.cmd.DataLen() + 2
 	}
 	if n > 0 && s.cmd.Kind.Retrieval() {
-		line := text.Line(buf)
+		line := s.cmd.Line
 		s.multi = multiGet{line: line, n: n, keys: len(s.cmd.Keys), next: text.FirstKey(line, s.cmd.Kind)}
 	}
 	return n, n > 0
@@ -157,8 +157,8 @@ func (s *Session) resume(buf []byte) (n int, ok bool) {
 		s.step = 0
 		return s.Decode(buf)
 	}
-	m.line, s.need = buf[:len(m.line)], 0       // the line's length is known: not searched again
-	s.cmd.Key, s.cmd.Keys = nil, s.cmd.Keys[:0] // they viewed an input gone since: Next takes keys from line
+	m.line, s.need = buf[:len(m.line)], 0                        // the line's length is known: not searched again
+	s.cmd.Key, s.cmd.Keys, s.cmd.Line = nil, s.cmd.Keys[:0], nil // they viewed an input gone since: Next takes keys from line
 	return m.n, true
 }
 
