@@ -1,7 +1,12 @@
 package tests
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -254,4 +259,53 @@ func TestShutdownAnswersText(t *testing.T) {
 			lines, "SERVER_ERROR shutting down")
 	}
 	t.Logf("text replies: %q", lines)
+}
+
+// TestShutdownWhileStarting: SIGTERM while kvd is still opening its store
+// (20,000 buckets to create) stops it cleanly once it is up, exit 0,
+// instead of the signal's default (exit 143).
+func TestShutdownWhileStarting(t *testing.T) {
+	t.Parallel()
+	buckets := make([]map[string]any, 20000)
+	for i := range buckets {
+		buckets[i] = map[string]any{"name": fmt.Sprintf("b%d", i)}
+	}
+	cfg, err := json.Marshal(map[string]any{"buckets": buckets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "kvd.json")
+	if err := os.WriteFile(path, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(kvdBin, "--listen", freeAddr(t), "--data-dir", filepath.Join(dir, "data"),
+		"--config", path, "--metrics-listen", "")
+	dieWithTest(cmd)
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = cmd.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	log := bufio.NewScanner(out)
+	var seen []string
+	for log.Scan() {
+		seen = append(seen, log.Text())
+		if strings.Contains(log.Text(), "config loaded") {
+			break
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	for log.Scan() {
+		seen = append(seen, log.Text())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("kvd signalled while starting: %v\n%s", err, strings.Join(seen, "\n"))
+	}
+	if !strings.Contains(strings.Join(seen, "\n"), "shutting down") {
+		t.Errorf("no clean shutdown logged:\n%s", strings.Join(seen[max(0, len(seen)-5):], "\n"))
+	}
 }
