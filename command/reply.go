@@ -281,11 +281,23 @@ func (e *Encoder) DeadlineRefusal(dst []byte, req *binary.Request, g ingress.Gra
 		body = strconv.AppendInt(body, us, 10)
 		body = append(body, "}}"...)
 	} else {
-		body = g.AppendReason(body, bucket, capacity)
-		body = append(body, " retry_after_us="...)
-		body = strconv.AppendInt(body, us, 10)
+		body = appendDeadlineReason(body, g, bucket, capacity, us)
 	}
 	e.scratch = body
 	res.Value = body
 	return binary.AppendResponse(dst, req.Alt(), &res)
+}
+
+// DeadlineReason is the reason of a deadline refusal without XERROR, for a
+// text or meta command's SERVER_ERROR line.
+func DeadlineReason(g ingress.Grant, bucket string, capacity int, retry time.Duration) string {
+	us := int64((retry + time.Microsecond - 1) / time.Microsecond)
+	return string(appendDeadlineReason(nil, g, bucket, capacity, us))
+}
+
+// appendDeadlineReason appends the gate's reason and " retry_after_us=N".
+func appendDeadlineReason(dst []byte, g ingress.Grant, bucket string, capacity int, us int64) []byte {
+	dst = g.AppendReason(dst, bucket, capacity)
+	dst = append(dst, " retry_after_us="...)
+	return strconv.AppendInt(dst, us, 10)
 }

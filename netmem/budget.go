@@ -164,10 +164,18 @@ type Holder struct {
 // Init ties h to its connection, named remote in the log.
 func (h *Holder) Init(c Conn, remote string) { h.conn, h.remote = c, remote }
 
-// Paused reports whether the connection is paused for memory or output: it
-// decodes nothing until a pass's Account ends the pause. (An input pause
-// stops only the reading: what was read is decoded as before.)
+// Paused reports whether the connection is paused for memory or output:
+// housekeeping watches it, and its socket is not read until a pass's
+// Account ends the pause.
 func (h *Holder) Paused() bool { return h.paused&^pausedInput != 0 }
+
+// OutputStopped reports whether the connection is paused for output: it
+// decodes nothing until its replies drain. A connection paused only for
+// memory or input goes on decoding what it has read (the server's output
+// stop bounds what its replies add): what it holds can drain only so, and
+// a node whose paused connections held 3/4 of the budget in commands
+// nobody ran stalled until the last resort closed them.
+func (h *Holder) OutputStopped() bool { return h.paused&pausedOutput != 0 }
 
 // Account publishes what h's connection holds after a pass of its loop (in
 // bytes of input not decoded yet, out of replies gnet has not sent) and

@@ -10,7 +10,7 @@ import (
 	"kvd/ingress"
 	"kvd/latency"
 	mc "kvd/protocol/binary"
-	"kvd/tenant"
+	"kvd/server/options"
 	"kvd/work"
 )
 
@@ -137,7 +137,12 @@ func (s *Server) checkDeadline(c *conn, req *mc.Request, pool ingress.Pool, arri
 	}
 	c.bucket.Throttle().CountRejected()
 	c.throttledFor = 0 // the command is answered: its throttle wait is not the next one's
-	c.out = c.enc.DeadlineRefusal(c.out, req, g, c.bucket.Name(), capacity, retry)
+
+	if c.txt != nil { // one SERVER_ERROR line, as for every refusal of a text command
+		c.out = c.txt.Refuse(c.out, command.DeadlineReason(g, c.bucket.Name(), capacity, retry))
+	} else {
+		c.out = c.enc.DeadlineRefusal(c.out, req, g, c.bucket.Name(), capacity, retry)
+	}
 	return admitAnswered
 }
 
@@ -319,35 +324,22 @@ func (st *bucketState) latency() *latency.Bucket {
 	return st.lat.Load()
 }
 
-// deadlineSettings are the deadline gate's settings of a bucket's settings.
-func deadlineSettings(set tenant.Settings) ingress.DeadlineSettings {
-	return ingress.DeadlineSettings{
-		Deadline: set.Deadline, Percentile: set.DeadlinePercentile, ExpectedExecution: set.ExpectedExecution,
-		MaxConcurrent: set.MaxConcurrent,
-	}
-}
-
-// admissionLimits are the ingress limits of a bucket's settings.
-func admissionLimits(set tenant.Settings) ingress.BucketLimits {
-	return ingress.BucketLimits{MaxConcurrent: set.MaxConcurrent, MaxQueued: set.MaxQueued, QueueTimeout: set.QueueTimeout}
-}
-
 // bucketHooks keeps the server's per-bucket state in step with the catalog
 // (catalog.Observer).
 type bucketHooks struct{ s *Server }
 
 func (h bucketHooks) BucketAdded(b *catalog.Bucket) {
-	dl, err := ingress.NewBucketDeadline(&h.s.deadline, deadlineSettings(b.Settings()))
+	dl, err := ingress.NewBucketDeadline(&h.s.deadline, options.DeadlineSettings(b.Settings()))
 	if err != nil { // tenant validated them: should the two disagree, run without a deadline
 		h.s.log.Error("deadline settings ignored", "bucket", b.Name(), "err", err)
 		dl, _ = ingress.NewBucketDeadline(&h.s.deadline, ingress.DeadlineSettings{})
 	}
-	b.SetExt(&bucketState{adm: h.s.ingress.AddBucket(b.Name(), admissionLimits(b.Settings())), dl: dl})
+	b.SetExt(&bucketState{adm: h.s.ingress.AddBucket(b.Name(), options.AdmissionLimits(b.Settings())), dl: dl})
 }
 
 func (h bucketHooks) SettingsChanged(b *catalog.Bucket) {
-	h.s.ingress.SetBucketLimits(stateOf(b).adm, admissionLimits(b.Settings()), h.s.opts.Now())
-	if err := stateOf(b).dl.SetSettings(deadlineSettings(b.Settings())); err != nil {
+	h.s.ingress.SetBucketLimits(stateOf(b).adm, options.AdmissionLimits(b.Settings()), h.s.opts.Now())
+	if err := stateOf(b).dl.SetSettings(options.DeadlineSettings(b.Settings())); err != nil {
 		h.s.log.Error("deadline settings ignored", "bucket", b.Name(), "err", err)
 	}
 }

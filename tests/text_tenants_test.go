@@ -278,6 +278,42 @@ func TestTextAdmissionRefusal(t *testing.T) {
 	c.call("stats after the refusal", "stats nothing\r\n", "ERROR")
 }
 
+// TestTextDeadlineRefusal: a text or meta command the deadline gate
+// refuses gets one SERVER_ERROR line with binary's reason, as the other
+// admission refusals do (it used to get a binary 0x86 frame in the text
+// stream). Bucket dl's hard limit of one unit per second parks the second
+// command of a pipeline past its 10 ms deadline, counted from its arrival.
+func TestTextDeadlineRefusal(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, throttleConfig(t, map[string]any{"anonymous_bucket": "dl"},
+		deadlineBucket("dl", map[string]any{"deadline_ms": 10, "reserved": 0, "hard_limit": 1})))
+	c := dialText(t, k.Addr)
+	refused := 0
+	for _, cmd := range []string{"set k 0 0 1\r\nv\r\n", "ms k 1 T0\r\nv\r\n", "incr n 1\r\n", "set q 0 0 1 noreply\r\nv\r\n"} {
+		c.send("set first 0 0 1\r\nv\r\n" + cmd + "mn\r\n")
+		for n := 0; ; n++ {
+			got, err := c.line(10 * time.Second)
+			switch {
+			case err != nil || n > 2 || strings.IndexByte(got, 0x81) >= 0:
+				t.Fatalf("after %q: %q (%v), want STORED/HD/NOT_FOUND or SERVER_ERROR lines, then MN", cmd, got, err)
+			case got == "MN":
+			case strings.HasPrefix(got, "SERVER_ERROR deadline 10 ms cannot be met: ") && strings.Contains(got, " retry_after_us="):
+				refused++
+				continue
+			case got == "STORED" || got == "HD" || got == "NOT_FOUND":
+				continue
+			default:
+				t.Fatalf("after %q: %q", cmd, got)
+			}
+			break
+		}
+	}
+	if refused == 0 {
+		t.Fatal("no command was refused for its deadline: the throttle never held one 10 ms")
+	}
+	c.call("version after the refusals", "version\r\n", "VERSION 1.6.18 kvd-0.1.0")
+}
+
 // TestTextProtocolOff: text_protocol false closes a text connection at its
 // first byte, as kvd did before text support; binary is unaffected.
 func TestTextProtocolOff(t *testing.T) {

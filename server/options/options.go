@@ -275,3 +275,16 @@ func CatalogFile(o *Options) catalog.File {
 	}
 	return f
 }
+
+// DeadlineSettings are the deadline gate's settings of a bucket's settings.
+func DeadlineSettings(set tenant.Settings) ingress.DeadlineSettings {
+	return ingress.DeadlineSettings{
+		Deadline: set.Deadline, Percentile: set.DeadlinePercentile, ExpectedExecution: set.ExpectedExecution,
+		MaxConcurrent: set.MaxConcurrent,
+	}
+}
+
+// AdmissionLimits are the ingress limits of a bucket's settings.
+func AdmissionLimits(set tenant.Settings) ingress.BucketLimits {
+	return ingress.BucketLimits{MaxConcurrent: set.MaxConcurrent, MaxQueued: set.MaxQueued, QueueTimeout: set.QueueTimeout}
+}
