@@ -168,20 +168,23 @@ func (m *Meta) Wants(c byte) bool {
 // passed to Decode (or into the Command itself for base64 keys) and are valid
 // until that buffer is reused. A Command is meant to be reused: Decode resets
 // it and keeps the Keys backing array, so decoding allocates nothing once the
-// array has grown to the largest multi-get seen.
+// array has grown to the most stats arguments seen.
 type Command struct {
-	Kind    Kind
-	Key     []byte   // the key (the first key of a multi-get)
-	Keys    [][]byte // get/gets/gat/gats: every key; stats: the group arguments
-	Flags   uint32   // client flags (storage commands)
-	Exptime int64    // storage/touch/gat exptime, flush_all delay
-	CAS     uint64   // cas unique
-	Delta   uint64   // incr/decr
-	Value   []byte   // data block, without its "\r\n"
-	Line    []byte   // the command line as tokenized (without "\r\n"; cut at a NUL)
-	Level   uint64   // verbosity level
-	NoReply bool     // classic noreply
-	HasArg  bool     // flush_all: a delay was given
+	Kind Kind
+	Key  []byte // the key (the first key of a multi-get)
+	// Keys are a multi-get's (get/gets/gat/gats) first keys, up to 24 (all
+	// of them are in Line: FirstKey, Token), and the stats group arguments.
+	Keys    [][]byte
+	NKeys   int    // get/gets/gat/gats: the number of keys
+	Flags   uint32 // client flags (storage commands)
+	Exptime int64  // storage/touch/gat exptime, flush_all delay
+	CAS     uint64 // cas unique
+	Delta   uint64 // incr/decr
+	Value   []byte // data block, without its "\r\n"
+	Line    []byte // the command line as tokenized (without "\r\n"; cut at a NUL)
+	Level   uint64 // verbosity level
+	NoReply bool   // classic noreply
+	HasArg  bool   // flush_all: a delay was given
 	Meta    Meta
 
 	declared int // data length the line declared
@@ -197,7 +200,7 @@ func (c *Command) reset() {
 	if cap(keys) == 0 {
 		keys = c.keys[:0]
 	}
-	c.Kind, c.Key, c.Keys, c.Value, c.Line = KindNone, nil, keys, nil, nil
+	c.Kind, c.Key, c.Keys, c.NKeys, c.Value, c.Line = KindNone, nil, keys, 0, nil, nil
 	c.Flags, c.Exptime, c.CAS, c.Delta, c.Level = 0, 0, 0, 0, 0
 	c.NoReply, c.HasArg, c.declared = false, false, 0
 	c.Meta = Meta{}

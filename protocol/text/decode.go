@@ -325,22 +325,38 @@ func (c *Command) parseRetrieval(tk *tokens) *Error {
 		}
 		c.Exptime, first = exp, 2
 	}
-	c.Keys = append(c.Keys, tk.t[first:tk.n]...)
+	if !c.addKeys(tk.t[first:tk.n]) {
+		return c.fail(ErrClient, replyBadFormat, false)
+	}
 	for rest := tk.rest; len(rest) > 0; {
 		var more tokens
 		more.split(rest)
-		c.Keys = append(c.Keys, more.t[:more.n]...)
-		rest = more.rest
-	}
-	for _, k := range c.Keys {
-		if len(k) > MaxKeyLen {
+		if !c.addKeys(more.t[:more.n]) {
 			return c.fail(ErrClient, replyBadFormat, false)
 		}
+		rest = more.rest
 	}
 	if len(c.Keys) > 0 {
 		c.Key = c.Keys[0]
 	}
 	return nil
+}
+
+// addKeys counts the keys of a multi-get in NKeys and keeps the first
+// inlineKeys of them in Keys (the rest are taken from Line with Token): a
+// line of half a million keys costs no more than its bytes. It reports
+// false for a key over MaxKeyLen.
+func (c *Command) addKeys(keys [][]byte) bool {
+	for _, k := range keys {
+		if len(k) > MaxKeyLen {
+			return false
+		}
+		if len(c.Keys) < inlineKeys {
+			c.Keys = append(c.Keys, k)
+		}
+	}
+	c.NKeys += len(keys)
+	return true
 }
 
 // parseUpdate parses set/add/replace/append/prepend/cas; data then reads

@@ -22,8 +22,8 @@
 //	}
 //
 // Invariants:
-//   - Decode never allocates once the Command's Keys slice has grown to the
-//     largest multi-get seen (24 keys fit without growing). Key, Keys, Value
+//   - Decode never allocates (a multi-get keeps its first 24 keys in Keys
+//     and counts the rest, which the caller takes from Line). Key, Keys, Value
 //     and Meta's byte slices are views into the input buffer, except a
 //     base64 key (Meta.Base64), which is decoded into the Command itself.
 //     They are valid until the buffer is reused; the caller copies what

@@ -87,7 +87,9 @@ func (m *model) exec(out []byte, c *Command) []byte {
 	var o Outcome
 	switch {
 	case c.Kind.Retrieval():
-		for _, k := range c.Keys {
+		for i, off := 0, FirstKey(c.Line, c.Kind); i < c.NKeys; i++ {
+			var k []byte
+			k, off = Token(c.Line, off)
 			o = m.read(k, c.Kind == KindGat || c.Kind == KindGats, c.Exptime)
 			out = AppendReply(out, c, k, &o)
 		}

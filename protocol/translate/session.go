@@ -143,7 +143,7 @@ func (s *Session) Decode(buf []byte) (n int, ok bool) {
 	}
 	if n > 0 && s.cmd.Kind.Retrieval() {
 		line := s.cmd.Line
-		s.multi = multiGet{line: line, n: n, keys: len(s.cmd.Keys), next: text.FirstKey(line, s.cmd.Kind)}
+		s.multi = multiGet{line: line, n: n, keys: s.cmd.NKeys, next: text.FirstKey(line, s.cmd.Kind)}
 	}
 	return n, n > 0
 }
