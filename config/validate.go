@@ -1,6 +1,8 @@
 package config
 
 import (
+	"time"
+
 	"errors"
 	"fmt"
 
@@ -58,6 +60,13 @@ func (p *problems) positiveIfSet(field string, v *int) {
 func (p *problems) nonNegative(field string, v int64) {
 	if v < 0 {
 		p.addf(field, "must not be negative, got %d", v)
+	}
+}
+
+// atMost records a problem if v > max.
+func (p *problems) atMost(field string, v, max int64) {
+	if v > max {
+		p.addf(field, "must be at most %d, got %d", max, v)
 	}
 }
 
@@ -150,6 +159,7 @@ func (f *File) validateIngress(p *problems) {
 	p.positive("ingress.tickets", in.Tickets)
 	p.nonNegative("ingress.max_queue_depth", int64(in.MaxQueueDepth))
 	p.positive("ingress.queue_timeout_ms", int64(in.QueueTimeoutMS))
+	p.atMost("ingress.queue_timeout_ms", int64(in.QueueTimeoutMS), int64(tenant.MaxDuration/time.Millisecond))
 	pr := &in.Probe
 	p.positive("ingress.probe.interval_ms", int64(pr.IntervalMS))
 	p.positive("ingress.probe.min", int64(pr.Min))
@@ -184,11 +194,19 @@ func (f *File) validateBuckets(p *problems) map[string]bool {
 		}
 		names[b.Name] = true
 		f.validateBucketLimits(p, at, b)
-		p.nonNegative(at+".max_concurrent", int64(b.MaxConcurrent))
-		p.nonNegative(at+".max_queued", int64(b.MaxQueued))
-		p.nonNegative(at+".queue_timeout_ms", int64(b.QueueTimeoutMS))
-		p.nonNegative(at+".deadline_ms", int64(b.DeadlineMS))
-		p.nonNegative(at+".expected_execution_us", b.ExpectedExecutionUS)
+		for _, f := range []struct {
+			name   string
+			v, max int64
+		}{
+			{"max_concurrent", int64(b.MaxConcurrent), tenant.MaxCount},
+			{"max_queued", int64(b.MaxQueued), tenant.MaxCount},
+			{"queue_timeout_ms", int64(b.QueueTimeoutMS), int64(tenant.MaxDuration / time.Millisecond)},
+			{"deadline_ms", int64(b.DeadlineMS), int64(tenant.MaxDuration / time.Millisecond)},
+			{"expected_execution_us", b.ExpectedExecutionUS, int64(tenant.MaxDuration / time.Microsecond)},
+		} {
+			p.nonNegative(at+"."+f.name, f.v)
+			p.atMost(at+"."+f.name, f.v, f.max)
+		}
 		if pc := b.DeadlinePercentile; pc != 0 && (pc < 50 || pc > 99) {
 			p.addf(at+".deadline_percentile", "%d outside 50..99 (0 = the gate's default)", pc)
 		}

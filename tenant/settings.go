@@ -33,6 +33,14 @@ const (
 // a bucket sets a deadline but DeadlinePercentile is 0.
 const DefaultDeadlinePercentile = 99
 
+// Bounds of the admission settings: counts fit an int32, and durations
+// (queue_timeout_ms, deadline_ms, expected_execution_us) are at most a day,
+// so that no arithmetic on them can overflow.
+const (
+	MaxCount    = math.MaxInt32
+	MaxDuration = 24 * time.Hour
+)
+
 // Settings are one bucket's throttle, queue and deadline settings. The zero
 // value (apart from Reserved and HardLimit, which callers usually take from
 // the node defaults) means "no per-bucket limit". Settings is a plain value.
@@ -68,17 +76,21 @@ func (s Settings) Validate() error {
 		return err
 	}
 	for _, f := range []struct {
-		name string
-		v    int64
+		name    string
+		v, unit int64
+		max     int64
 	}{
-		{"max_concurrent", int64(s.MaxConcurrent)},
-		{"max_queued", int64(s.MaxQueued)},
-		{"queue_timeout_ms", int64(s.QueueTimeout)},
-		{"deadline_ms", int64(s.Deadline)},
-		{"expected_execution_us", int64(s.ExpectedExecution)},
+		{"max_concurrent", int64(s.MaxConcurrent), 1, MaxCount},
+		{"max_queued", int64(s.MaxQueued), 1, MaxCount},
+		{"queue_timeout_ms", int64(s.QueueTimeout), int64(time.Millisecond), int64(MaxDuration)},
+		{"deadline_ms", int64(s.Deadline), int64(time.Millisecond), int64(MaxDuration)},
+		{"expected_execution_us", int64(s.ExpectedExecution), int64(time.Microsecond), int64(MaxDuration)},
 	} {
 		if f.v < 0 {
 			return invalidf("%s must not be negative", f.name)
+		}
+		if f.v > f.max {
+			return invalidf("%s %d is too large: at most %d", f.name, f.v/f.unit, f.max/f.unit)
 		}
 	}
 	if p := s.DeadlinePercentile; p != 0 && (p < 50 || p > 99) {
@@ -207,8 +219,8 @@ func (in settingsJSON) apply(s Settings) (Settings, error) {
 		if *d.v < 0 {
 			return Settings{}, invalidf("%s must not be negative", d.name)
 		}
-		if *d.v > math.MaxInt64/int64(d.unit) {
-			return Settings{}, invalidf("%s %d is too large", d.name, *d.v)
+		if *d.v > int64(MaxDuration/d.unit) {
+			return Settings{}, invalidf("%s %d is too large: at most %d", d.name, *d.v, MaxDuration/d.unit)
 		}
 		*d.dst = time.Duration(*d.v) * d.unit
 	}

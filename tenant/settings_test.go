@@ -71,7 +71,9 @@ func TestParseSettingsErrors(t *testing.T) {
 		{"negative queued", `{"max_queued":-1}`, "max_queued must not be negative"},
 		{"negative timeout", `{"queue_timeout_ms":-1}`, "queue_timeout_ms must not be negative"},
 		{"negative deadline", `{"deadline_ms":-9223372036854775808}`, "deadline_ms must not be negative"},
-		{"huge expected execution", `{"expected_execution_us":9223372036854775807}`, "expected_execution_us 9223372036854775807 is too large"},
+		{"huge expected execution", `{"expected_execution_us":9223372036854775807}`, "expected_execution_us 9223372036854775807 is too large: at most 86400000000"},
+		{"deadline over a day", `{"deadline_ms":86400001}`, "deadline_ms 86400001 is too large: at most 86400000"},
+		{"queued over an int32", `{"max_queued":2147483648}`, "max_queued 2147483648 is too large: at most 2147483647"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

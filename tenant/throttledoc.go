@@ -2,7 +2,6 @@ package tenant
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,8 +140,8 @@ func patchSection7(doc gjson.Result, s *Settings) error {
 			if err != nil {
 				return err
 			}
-			if n > math.MaxInt32 {
-				return docErrorf("%s %d is too large", f.name, n)
+			if n > MaxCount {
+				return docErrorf("%s %d is too large: at most %d", f.name, n, MaxCount)
 			}
 			*f.n = int(n)
 		}
@@ -161,8 +160,8 @@ func patchSection7(doc gjson.Result, s *Settings) error {
 			if err != nil {
 				return err
 			}
-			if n > math.MaxInt64/int64(f.unit) {
-				return docErrorf("%s %d is too large", f.name, n)
+			if n > int64(MaxDuration/f.unit) {
+				return docErrorf("%s %d is too large: at most %d", f.name, n, MaxDuration/f.unit)
 			}
 			*f.d = time.Duration(n) * f.unit
 		}

@@ -40,13 +40,15 @@ func TestParseBucketSettings(t *testing.T) {
 		`{"max_queued":1.5}`:                       `max_queued must be a non-negative integer, got 1.5`,
 		`{"queue_timeout_ms":"5"}`:                 `queue_timeout_ms must be a non-negative integer, got "5"`,
 		`{"deadline_percentile":20}`:               `deadline_percentile 20, want 50..99 (or 0 for 99)`,
-		`{"queue_timeout_ms":9223372036854775807}`: `queue_timeout_ms 9223372036854775807 is too large`,
+		`{"queue_timeout_ms":9223372036854775807}`: `queue_timeout_ms 9223372036854775807 is too large: at most 86400000`,
+		`{"deadline_ms":200000000000}`:             `deadline_ms 200000000000 is too large: at most 86400000`,
+		`{"expected_execution_us":86400000001}`:    `expected_execution_us 86400000001 is too large: at most 86400000000`,
 		`{"max_concurent":2}`:                      `unknown field "max_concurent"`,
 		`{"reserved":300,"hard_limit":200}`:        `reserved 300 exceeds hard_limit 200`,
 		`{"max_concurrent":2,"max_concurrent":3,}`: `value is not valid JSON`,
 		`[1]`:                              `value must be a JSON object`,
 		``:                                 `value is not valid JSON: it is empty (send a JSON object)`,
-		`{"max_concurrent":99999999999}`:   `max_concurrent 99999999999 is too large`,
+		`{"max_concurrent":99999999999}`:   `max_concurrent 99999999999 is too large: at most 2147483647`,
 		`{"reserved":9223372036854775807}`: `reserved 9223372036854775807, hard_limit unlimited: a limit is at most 1099511627776 (2^40) units/s`,
 	} {
 		got, err := ParseBucketSettings([]byte(in), cur)
