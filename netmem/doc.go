@@ -38,9 +38,11 @@
 //     them all;
 //   - while the node's total is over [Limits].Budget, a connection holding
 //     at least [PauseFloor] besides its admitted frame is paused for
-//     memory: it stops being read and served, and the client's further
-//     bytes wait in the kernel while TCP pushes back. (Pausing the reader of
-//     an admitted frame would free nothing: it finishes it.)
+//     memory: it stops being read, and the client's further bytes wait in
+//     the kernel while TCP pushes back. It goes on running the commands it
+//     has read (only an output pause stops that: [Holder.OutputStopped]),
+//     so that what it holds drains. (Pausing the reader of an admitted frame
+//     would free nothing: it finishes it.)
 //
 // The server's housekeeping calls [Budget.Tick] every few milliseconds. It
 // wakes the paused connections (gnet tells nobody when an outbound buffer
