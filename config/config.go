@@ -123,6 +123,7 @@ type File struct {
 	TextProtocol                 *bool  `json:"text_protocol,omitempty"`              // nil: options.DefaultTextProtocol
 	MetricsBucketLimit           *int   `json:"metrics_bucket_limit,omitempty"`       // nil: options.DefaultMetricsBucketLimit
 	ItemCacheBytes               int64  `json:"item_cache_bytes"`                     // 0 = options.DefaultItemCacheSize(), < 0 = none
+	BlockCacheBytes              int64  `json:"block_cache_bytes"`                    // 0 = options.DefaultBlockCacheSize()
 
 	// AnonymousBucket, if set, is the bucket unauthenticated connections
 	// start selected on; "" means no anonymous access.

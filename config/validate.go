@@ -124,6 +124,7 @@ func (f *File) validateNode(p *problems) {
 	if f.MaxInflightBytes != nil {
 		p.nonNegative("max_inflight_bytes", *f.MaxInflightBytes)
 	}
+	p.nonNegative("block_cache_bytes", f.BlockCacheBytes)
 	if f.MaxItemSize != nil && f.MaxFrameSize != nil {
 		if err := CheckFrameHeadroom(*f.MaxItemSize, *f.MaxFrameSize); err != nil {
 			p.add(err)

@@ -21,6 +21,7 @@ func TestValidateFailures(t *testing.T) {
 			`"max_frame_size": 4096 leaves no room for a max_item_size (4096) value: want at least 5120`},
 		{"zero idle timeout", `{"idle_timeout_ms": 0}`, `"idle_timeout_ms": must be positive`},
 		{"negative inflight", `{"max_inflight_bytes": -1}`, `"max_inflight_bytes": must not be negative`},
+		{"negative block cache", `{"block_cache_bytes": -1}`, `"block_cache_bytes": must not be negative`},
 		{"default reserved over hard", `{"default_throttle_reserved_units": 10, "default_throttle_hard_limit": 5}`,
 			`"default_throttle_reserved_units": 10 exceeds default_throttle_hard_limit 5`},
 		{"default reserved unlimited, hard finite",

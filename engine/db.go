@@ -288,6 +288,9 @@ func (db *DB) CacheStats() CacheStats {
 	return db.cache.stats()
 }
 
+// BlockCacheSize is the capacity of Pebble's block cache (Options.CacheSize).
+func (db *DB) BlockCacheSize() int64 { return db.opts.CacheSize }
+
 // Pebble returns the underlying Pebble database, for metrics only. It must
 // not be used after Close, and writing through it bypasses every invariant.
 func (db *DB) Pebble() *pebble.DB { return db.pdb }

@@ -412,6 +412,16 @@ func TestItemCacheSizeFor(t *testing.T) {
 	}
 }
 
+func TestBlockCacheSizeFor(t *testing.T) {
+	for _, tc := range []struct{ mem, want int64 }{
+		{0, DefaultCacheSize}, {100 << 20, 16 << 20}, {2 << 30, 128 << 20}, {24 << 30, DefaultCacheSize},
+	} {
+		if got := BlockCacheSizeFor(tc.mem); got != tc.want {
+			t.Errorf("BlockCacheSizeFor(%d) = %d, want %d", tc.mem, got, tc.want)
+		}
+	}
+}
+
 // TestPebbleCompactionSettings: Pebble runs with the compaction settings
 // tuned for writes, not its defaults (4 L0 files, stop at 12, 64 MiB
 // Lbase), and with bloom filters on every level.

@@ -19,6 +19,16 @@ import (
 // buffers share the rest.
 func ItemCacheSizeFor(mem int64) int64 { return max(mem/4, DefaultItemCacheSize) }
 
+// BlockCacheSizeFor is Pebble's block cache on a node that may use mem
+// bytes: a sixteenth of it, between 16 MiB and DefaultCacheSize
+// (DefaultCacheSize when mem is unknown, 0).
+func BlockCacheSizeFor(mem int64) int64 {
+	if mem <= 0 {
+		return DefaultCacheSize
+	}
+	return min(max(mem/16, 16<<20), DefaultCacheSize)
+}
+
 // Pebble's compaction settings (pebbleOptions): L0 files that start a
 // compaction into Lbase, L0 files (read amplification) at which writes stop,
 // and Lbase's size.

@@ -34,6 +34,7 @@ func defaultValues() map[string]any {
 		"max_frame_size":                  options.DefaultMaxFrameSize,
 		"idle_timeout_ms":                 options.DefaultIdleTimeout.Milliseconds(),
 		"item_cache_bytes":                0, // a quarter of the memory
+		"block_cache_bytes":               0, // a sixteenth of the memory, at most 512 MiB
 		"wal_sync":                        options.DefaultWALSync,
 		"text_protocol":                   options.DefaultTextProtocol,
 		"metrics_bucket_limit":            options.DefaultMetricsBucketLimit,

@@ -78,3 +78,14 @@ func TestItemCacheBytes(t *testing.T) {
 		}
 	})
 }
+
+// TestBlockCacheBytes: block_cache_bytes sizes Pebble's block cache, as
+// kvd_pebble_block_cache_bytes{state="capacity"} shows.
+func TestBlockCacheBytes(t *testing.T) {
+	t.Parallel()
+	metrics := freeAddr(t)
+	startKVD(t, configWith(t, testConfig, map[string]any{"block_cache_bytes": 32 << 20}), "--metrics-listen", metrics)
+	if v, err := scrapeMetric(metrics, `kvd_pebble_block_cache_bytes{state="capacity"}`); err != nil || v != 32<<20 {
+		t.Fatalf(`kvd_pebble_block_cache_bytes{state="capacity"} = %v (%v), want %d`, v, err, 32<<20)
+	}
+}

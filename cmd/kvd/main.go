@@ -176,6 +176,7 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 		MaxItemSize:             orZero(cfg.MaxItemSize),
 		MaxBufferBytes:          orZero(cfg.MaxBufferBytes),
 		ItemCacheSize:           cfg.ItemCacheBytes,
+		CacheSize:               cfg.BlockCacheBytes,
 		NodeCapacity:            cfg.NodeCapacity,
 		ReadUnitSize:            cfg.ReadUnitSize,
 		WriteUnitSize:           cfg.WriteUnitSize,

@@ -54,7 +54,8 @@ type Options struct {
 	// fsynced: faster, but a crash or power loss can lose the last
 	// acknowledged writes. Default false (every ack is durable).
 	DisableWALSync bool
-	// CacheSize is Pebble's block cache in bytes. Default DefaultCacheSize.
+	// CacheSize is Pebble's block cache in bytes. Default
+	// DefaultBlockCacheSize(): a sixteenth of the memory, at most 512 MiB.
 	CacheSize int64
 	// ItemCacheSize is the byte budget of the engine's resident item cache
 	// (items answered from memory, GETs on the loop). Default
@@ -149,6 +150,9 @@ func (o *Options) EnsureDefaults() {
 	if o.ItemCacheSize == 0 {
 		o.ItemCacheSize = DefaultItemCacheSize()
 	}
+	if o.CacheSize <= 0 {
+		o.CacheSize = DefaultBlockCacheSize()
+	}
 	if o.Ingress.Probe.GOMAXPROCS == 0 {
 		o.Ingress.Probe.GOMAXPROCS = runtime.GOMAXPROCS(0)
 	}
@@ -192,7 +196,6 @@ func orDefault[T cmp.Ordered](v *T, def T) {
 const (
 	DefaultListen                  = "127.0.0.1:11211"
 	DefaultDataDir                 = "./data"
-	DefaultCacheSize               = engine.DefaultCacheSize // Pebble's block cache
 	DefaultMaxConnections          = 10000
 	DefaultMaxConnectionsPerBucket = 600
 	DefaultIdleTimeout             = 60 * time.Second
@@ -216,6 +219,11 @@ const (
 // netmem.MemoryLimit).
 func DefaultItemCacheSize() int64 { return engine.ItemCacheSizeFor(netmem.MemoryLimit()) }
 
+// DefaultBlockCacheSize is Pebble's block cache by default: a sixteenth of
+// the memory kvd may use, between 16 MiB and 512 MiB
+// (engine.BlockCacheSizeFor of netmem.MemoryLimit).
+func DefaultBlockCacheSize() int64 { return engine.BlockCacheSizeFor(netmem.MemoryLimit()) }
+
 // DefaultMaxBufferBytes is the network memory budget's default: an eighth
 // of the memory kvd may use (netmem.DefaultBudget).
 func DefaultMaxBufferBytes() int64 { return netmem.DefaultBudget() }
@@ -233,6 +241,7 @@ func RestartNeeded(o, next *Options) []string {
 	check("data dir", next.DataDir != o.DataDir)
 	check("wal_sync", next.DisableWALSync != o.DisableWALSync)
 	check("item_cache_bytes", next.ItemCacheSize != 0 && next.ItemCacheSize != o.ItemCacheSize)
+	check("block_cache_bytes", next.CacheSize != 0 && next.CacheSize != o.CacheSize)
 	check("max_frame_size", next.MaxFrameSize != o.MaxFrameSize)
 	check("max_item_size", next.MaxItemSize != o.MaxItemSize)
 	p, q := next.Ingress.Probe, o.Ingress.Probe
