@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,6 +152,10 @@ type Holder struct {
 	interest uint8 // the read interest setReading last set (interest bits); 0 none yet
 	wrote    bool  // the connection gave gnet replies since the last Account (Wrote)
 
+	share   *Share // the group its admitted frame counts in (Admit), nil if none
+	shared  int64  // what that frame counts there
+	refusal string // why Admit last refused a frame
+
 	pub     atomic.Int64 // held, for housekeeping
 	resume  atomic.Bool  // housekeeping lets a memory-paused connection go on
 	closing atomic.Bool  // the last resort closed it (gnet closes it on its loop, later)
@@ -263,19 +268,58 @@ func (h *Holder) want(in, out int, stall Stall, loose, total int64, lim Limits) 
 	return p
 }
 
-// Admit reports whether a connection may read on into a frame of frame
+// Share is what one group of connections (the server's: a bucket's) holds
+// in admitted frames that have not all arrived. Its zero value is empty.
+type Share struct{ n atomic.Int64 }
+
+// Admit reports whether h's connection may read on into a frame of frame
 // bytes whose header has come: a small frame always, a larger one while the
-// node's total and all of it fit the budget. Account then holds it whole
-// until it has arrived, so that the frames being read never add up past
-// the budget, however many connections start one. A refused frame is
-// counted (Stats.Refused); the server answers it at its header and
-// discards its body as it comes, so that it costs no memory.
-func (b *Budget) Admit(frame int, budget int64) bool {
-	if frame <= SmallFrame || b.held.Load()+int64(frame) <= budget {
+// node's total and all of it fit the budget, and while the frames its group
+// sh (nil: none) has admitted and it fit half of the budget. Account then
+// holds it whole until it has arrived, so that the frames being read never
+// add up past the budget, however many connections start one; and one
+// group's connections that start frames and stall cannot take the room
+// every other group's large writes need (150 connections holding half-sent
+// 1 MB values refused every tenant's 200 KB SETs for 20 s). A refused
+// frame is counted (Stats.Refused) and its reason kept (Refusal); the
+// server answers it at its header and discards its body as it comes, so
+// that it costs no memory. FrameDone (or Forget) ends what an admitted
+// frame counts in its group.
+func (b *Budget) Admit(h *Holder, frame int, budget int64, sh *Share) bool {
+	if frame <= SmallFrame {
+		return true
+	}
+	f := int64(frame)
+	switch {
+	case b.held.Load()+f > budget:
+		h.refusal = "no room for a frame of " + strconv.Itoa(frame) + " bytes: the connections hold max_buffer_bytes=" +
+			strconv.FormatInt(budget, 10)
+	case sh != nil && sh.n.Load()+f > budget/2:
+		h.refusal = "no room for a frame of " + strconv.Itoa(frame) + " bytes: this bucket's connections hold " +
+			strconv.FormatInt(sh.n.Load(), 10) + " bytes of unfinished frames, half of max_buffer_bytes=" +
+			strconv.FormatInt(budget, 10) + " at most"
+	default:
+		h.FrameDone()
+		if sh != nil {
+			sh.n.Add(f)
+			h.share, h.shared = sh, f
+		}
 		return true
 	}
 	b.refused.Add(1)
 	return false
+}
+
+// Refusal is why Admit last refused a frame of h's connection.
+func (h *Holder) Refusal() string { return h.refusal }
+
+// FrameDone ends what h's admitted frame counts in its group: it has
+// arrived, or was given up.
+func (h *Holder) FrameDone() {
+	if h.share != nil {
+		h.share.n.Add(-h.shared)
+		h.share, h.shared = nil, 0
+	}
 }
 
 // Over reports whether the node would be over budget if h held held bytes
@@ -287,6 +331,7 @@ func (b *Budget) Over(h *Holder, held, budget int64) bool {
 
 // Forget takes a closing connection out of the node's figures.
 func (b *Budget) Forget(h *Holder) {
+	h.FrameDone()
 	b.held.Add(-h.held)
 	h.held = 0
 	h.pub.Store(0)

@@ -183,7 +183,7 @@ func TestAdmit(t *testing.T) {
 	h, _ := newHolder("a")
 	other, _ := newHolder("b")
 	b.Account(other, 3<<20, 0, 0, NotStalled, noPause)
-	if !b.Admit(SmallFrame, budget) || !b.Admit(1<<20, budget) {
+	if !b.Admit(h, SmallFrame, budget, nil) || !b.Admit(h, 1<<20, budget, nil) {
 		t.Fatal("a frame that fits refused")
 	}
 	b.Account(h, 10<<10, 0, 1<<20, NotStalled, testLimits) // its first 10 KiB came with its header
@@ -191,14 +191,14 @@ func TestAdmit(t *testing.T) {
 		t.Fatalf("held %d paused %v, want 4 MiB, not paused", st.Held, h.Paused())
 	}
 	now := time.Unix(100, 0)
-	if b.Admit(SmallFrame+1, budget) || b.Admit(1<<20, budget) {
+	if b.Admit(h, SmallFrame+1, budget, nil) || b.Admit(h, 1<<20, budget, nil) {
 		t.Fatal("a frame past the budget admitted")
 	}
-	if !b.Admit(SmallFrame, budget) {
+	if !b.Admit(h, SmallFrame, budget, nil) {
 		t.Fatal("a small frame refused")
 	}
 	b.Tick(now, budget, all(h, other))
-	b.Admit(1<<20, budget)
+	b.Admit(h, 1<<20, budget, nil)
 	b.Tick(now.Add(time.Second/2), budget, all(h, other))
 	if st := b.Stats(); st.Refused != 3 || strings.Count(log.String(), "refusing frames") != 1 ||
 		!strings.Contains(log.String(), "frames=2") {
@@ -209,8 +209,41 @@ func TestAdmit(t *testing.T) {
 		t.Fatalf("log %q: want a second line for the third", log.String())
 	}
 	b.Account(h, 0, 0, 0, NotStalled, testLimits) // it arrived and was decoded
-	if !b.Admit(1<<20, budget) {
+	if !b.Admit(h, 1<<20, budget, nil) {
 		t.Fatal("a frame that fits again refused")
+	}
+}
+
+// TestAdmitShare: one group's admitted frames take at most half the
+// budget, whatever room the node has; a frame that arrived (FrameDone) or
+// a connection that closed (Forget) gives its share back, and another
+// group is not held back meanwhile.
+func TestAdmitShare(t *testing.T) {
+	const budget = 8 << 20
+	b := newTestBudget()
+	var mine, theirs Share
+	h1, _ := newHolder("a")
+	h2, _ := newHolder("b")
+	h3, _ := newHolder("c")
+	if !b.Admit(h1, 3<<20, budget, &mine) {
+		t.Fatal("the group's first frame refused")
+	}
+	if b.Admit(h2, 2<<20, budget, &mine) {
+		t.Fatal("the group admitted past half the budget")
+	}
+	if r := h2.Refusal(); !strings.Contains(r, "this bucket's connections hold 3145728 bytes of unfinished frames") {
+		t.Fatalf("refusal %q", r)
+	}
+	if !b.Admit(h3, 3<<20, budget, &theirs) {
+		t.Fatal("another group's frame refused")
+	}
+	h1.FrameDone()
+	if !b.Admit(h2, 4<<20, budget, &mine) {
+		t.Fatal("the group's room not back after FrameDone")
+	}
+	b.Forget(h2)
+	if mine.n.Load() != 0 || theirs.n.Load() != 3<<20 {
+		t.Fatalf("shares %d and %d after Forget, want 0 and 3 MiB", mine.n.Load(), theirs.n.Load())
 	}
 }
 

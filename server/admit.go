@@ -9,6 +9,7 @@ import (
 	"kvd/command"
 	"kvd/ingress"
 	"kvd/latency"
+	"kvd/netmem"
 	mc "kvd/protocol/binary"
 	"kvd/server/options"
 	"kvd/work"
@@ -137,8 +138,7 @@ func (s *Server) checkDeadline(c *conn, req *mc.Request, pool ingress.Pool, arri
 	}
 	c.bucket.Throttle().CountRejected()
 	c.throttledFor = 0 // the command is answered: its throttle wait is not the next one's
-
-	if c.txt != nil { // one SERVER_ERROR line, as for every refusal of a text command
+	if c.txt != nil {  // one SERVER_ERROR line, as for every refusal of a text command
 		c.out = c.txt.Refuse(c.out, command.DeadlineReason(g, c.bucket.Name(), capacity, retry))
 	} else {
 		c.out = c.enc.DeadlineRefusal(c.out, req, g, c.bucket.Name(), capacity, retry)
@@ -309,6 +309,7 @@ type bucketState struct {
 	dl           *ingress.BucketDeadline        // the bucket's deadline gate, windows and figures
 	lat          atomic.Pointer[latency.Bucket] // end-to-end, parked and queued latency; nil until the first command
 	textCommands atomic.Int64                   // data commands that came over the text/meta protocol
+	frames       netmem.Share                   // what its connections hold in admitted frames not all arrived
 }
 
 func stateOf(b *catalog.Bucket) *bucketState { return b.Ext().(*bucketState) }

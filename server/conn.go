@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -386,9 +385,8 @@ func (c *conn) refuseAtHeader(hdr []byte) bool {
 		c.replyError(&req, binary.StatusInvalidArguments, invalid.Error())
 	case tooBig && command.IsStore(req.Opcode):
 		c.replyError(&req, binary.StatusTooBig, "value too large")
-	case !c.srv.flow.Admit(frame, budget):
-		c.replyError(&req, binary.StatusOutOfMemory, "no room for a frame of "+strconv.Itoa(frame)+
-			" bytes: the connections hold max_buffer_bytes="+strconv.FormatInt(budget, 10))
+	case !c.srv.flow.Admit(&c.mem, frame, budget, c.frameShare()):
+		c.replyError(&req, binary.StatusOutOfMemory, c.mem.Refusal())
 	default:
 		c.frame = frame
 		return false
@@ -417,6 +415,15 @@ func (c *conn) swallowBody() bool {
 func (c *conn) complete() {
 	c.partialSince.Store(0)
 	c.frame = 0
+	c.mem.FrameDone()
+}
+
+// frameShare is where its admitted frames count: its bucket's (netmem.Budget.Admit).
+func (c *conn) frameShare() *netmem.Share {
+	if c.bucket == nil {
+		return nil
+	}
+	return &stateOf(c.bucket).frames
 }
 
 // handle takes one decoded frame. It returns false when the frame must wait

@@ -99,7 +99,7 @@ func (c *conn) admitText(partial int) bool {
 	if frame == 0 && partial > netmem.SmallFrame {
 		frame = c.txt.Options().MaxGetLine
 	}
-	if c.frame > 0 || frame == 0 || c.srv.flow.Admit(frame, budget) {
+	if c.frame > 0 || frame == 0 || c.srv.flow.Admit(&c.mem, frame, budget, c.frameShare()) {
 		c.frame = max(c.frame, frame)
 		return true
 	}

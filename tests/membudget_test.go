@@ -430,3 +430,32 @@ func TestPausedConnectionsServeWhatTheyHold(t *testing.T) {
 		t.Errorf("%d connections closed for memory", n)
 	}
 }
+
+// TestStalledFramesLeaveRoomForOtherBuckets: one bucket's connections that
+// start large values and stall hold at most half of max_buffer_bytes; the
+// rest is refused at its header with the reason, and another bucket's
+// large SET still finds room. (They used to take the whole budget: 150
+// such connections refused every other tenant's 200 KB SETs for 20 s.)
+func TestStalledFramesLeaveRoomForOtherBuckets(t *testing.T) {
+	const budget, value = 16 << 20, 1 << 20
+	k := startKVD(t, throttleConfig(t, map[string]any{"max_buffer_bytes": budget, "idle_timeout_ms": 60000},
+		bucketConfig("noisy", "unlimited", nil), bucketConfig("quiet", "unlimited", nil)))
+	refused := 0
+	for i := range 20 {
+		c := login(t, k.Addr, "tenant", "tenant-pw", "noisy")
+		frame := mc.AppendRequest(nil, reqWith(mc.OpSet, uint32(i), mc.AppendSetExtras(nil, 0, 0), "k"+strconv.Itoa(i), strings.Repeat("n", value)))
+		c.write(frame[:len(frame)/2]) // and stall
+		if res, err := c.tryRecv(300 * time.Millisecond); err == nil {
+			if res.Status != mc.StatusOutOfMemory || !strings.Contains(string(res.Value), "this bucket's connections hold") {
+				t.Fatalf("stalled SET %d refused with 0x%02x %q", i, uint16(res.Status), res.Value)
+			}
+			refused++
+		}
+	}
+	if refused == 0 || refused == 20 {
+		t.Fatalf("%d of 20 stalled 1 MiB frames refused against a %d MiB budget: want some held, the rest refused", refused, budget>>20)
+	}
+	q := login(t, k.Addr, "tenant", "tenant-pw", "quiet")
+	q.expectStatus("quiet's 1 MiB SET beside the stalled frames", reqWith(mc.OpSet, 1, mc.AppendSetExtras(nil, 0, 0), "q", strings.Repeat("q", value)), mc.StatusOK)
+	t.Logf("%d of 20 stalled frames refused; quiet stored its 1 MiB value", refused)
+}
