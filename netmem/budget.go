@@ -106,6 +106,7 @@ type Budget struct {
 	closed    atomic.Int64
 	refused   atomic.Int64
 	memPaused atomic.Int64 // Holders paused for memory now
+	unbound   Share        // the admitted frames of connections in no group
 
 	mu     sync.Mutex
 	paused map[*Holder]struct{} // guarded by mu: the Holders with a pause reason
@@ -275,7 +276,8 @@ type Share struct{ n atomic.Int64 }
 // Admit reports whether h's connection may read on into a frame of frame
 // bytes whose header has come: a small frame always, a larger one while the
 // node's total and all of it fit the budget, and while the frames its group
-// sh (nil: none) has admitted and it fit half of the budget. Account then
+// sh (nil: the connections in no group, together) has admitted and it fit
+// half of the budget. Account then
 // holds it whole until it has arrived, so that the frames being read never
 // add up past the budget, however many connections start one; and one
 // group's connections that start frames and stall cannot take the room
@@ -290,20 +292,21 @@ func (b *Budget) Admit(h *Holder, frame int, budget int64, sh *Share) bool {
 		return true
 	}
 	f := int64(frame)
+	if sh == nil {
+		sh = &b.unbound
+	}
 	switch {
 	case b.held.Load()+f > budget:
 		h.refusal = "no room for a frame of " + strconv.Itoa(frame) + " bytes: the connections hold max_buffer_bytes=" +
 			strconv.FormatInt(budget, 10)
-	case sh != nil && sh.n.Load()+f > budget/2:
+	case sh.n.Load()+f > budget/2:
 		h.refusal = "no room for a frame of " + strconv.Itoa(frame) + " bytes: this bucket's connections hold " +
 			strconv.FormatInt(sh.n.Load(), 10) + " bytes of unfinished frames, half of max_buffer_bytes=" +
 			strconv.FormatInt(budget, 10) + " at most"
 	default:
 		h.FrameDone()
-		if sh != nil {
-			sh.n.Add(f)
-			h.share, h.shared = sh, f
-		}
+		sh.n.Add(f)
+		h.share, h.shared = sh, f
 		return true
 	}
 	b.refused.Add(1)

@@ -245,6 +245,10 @@ func TestAdmitShare(t *testing.T) {
 	if mine.n.Load() != 0 || theirs.n.Load() != 3<<20 {
 		t.Fatalf("shares %d and %d after Forget, want 0 and 3 MiB", mine.n.Load(), theirs.n.Load())
 	}
+	// Connections in no group (nil) count together.
+	if !b.Admit(h1, 3<<20, budget, nil) || b.Admit(h2, 2<<20, budget, nil) {
+		t.Fatal("connections in no group: want the first 3 MiB frame admitted, the next 2 MiB refused")
+	}
 }
 
 // TestForgetAndUnpause: a closing connection leaves the figures; at

@@ -418,7 +418,7 @@ func (c *conn) complete() {
 	c.mem.FrameDone()
 }
 
-// frameShare is where its admitted frames count: its bucket's (netmem.Budget.Admit).
+// frameShare is where its admitted frames count: its bucket's, nil without (netmem.Budget.Admit).
 func (c *conn) frameShare() *netmem.Share {
 	if c.bucket == nil {
 		return nil
