@@ -58,7 +58,7 @@ type collector struct{ v *View }
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRU, descWU, descCommands, descTextCmds, descThrottled, descWait, descRejected,
 		descClients, descItems, descReserved, descCapacity, descFreePool, descNodeLast, descConns, descConnsTot,
-		descL0, descDebt, descFsync, descCacheHit, descCacheMiss, descItemBytes, descItemItems, descItemLook, descItemEvict,
+		descL0, descDebt, descFsync, descCacheHit, descCacheMiss, descCacheSize, descItemBytes, descItemItems, descItemLook, descItemEvict,
 		descBufBytes, descPaused, descPauses, descMemClosed, descRefused} {
 		ch <- d
 	}
