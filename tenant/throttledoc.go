@@ -182,8 +182,8 @@ func ParseNodeThrottle(value []byte, cur NodeSettings) (NodeSettings, error) {
 	}
 	next := cur
 	if f := doc.Get(fieldCapacity); f.Exists() {
-		if next.Capacity, err = countField(f, fieldCapacity); err != nil {
-			return cur, err
+		if next.Capacity, err = countField(f, fieldCapacity); err != nil || next.Capacity == 0 {
+			return cur, docErrorf("%s must be a positive integer, got %s", fieldCapacity, f.Raw)
 		}
 	}
 	r, h := doc.Get(fieldDefaultReserved), doc.Get(fieldDefaultHardLimit)
