@@ -29,6 +29,11 @@ const (
 	// after that.
 	CloseGrace = 5 * time.Second
 	CloseEvery = time.Second
+	// ForceEvery: without room, when the total has not fallen for this
+	// long, a paused connection holding PauseFloor or more of commands
+	// whose client has read every reply is let go on, at most one this
+	// often (Tick).
+	ForceEvery = 100 * time.Millisecond
 	// FreeOSEvery bounds how often freed buffer memory is returned to the
 	// OS, and FreeOSMin is the peak that makes it worth it.
 	FreeOSEvery = 10 * time.Second
@@ -112,6 +117,8 @@ type Budget struct {
 	paused map[*Holder]struct{} // guarded by mu: the Holders with a pause reason
 
 	overSince, lastClose, lastFree time.Time // Tick's own
+	lastTotal                      int64     // Tick's own: the total it saw last
+	lastForced, lastFall           time.Time // Tick's own: when it last let one go on without room, saw the total fall
 	tickList                       []*Holder // Tick's own: the paused set it works through
 	closeList                      []*Holder // Tick's own: lastResort's candidates
 	refusedLogged                  int64     // Tick's own: Refused when it last logged
@@ -158,6 +165,7 @@ type Holder struct {
 	refusal string // why Admit last refused a frame
 
 	pub     atomic.Int64 // held, for housekeeping
+	drained atomic.Bool  // its client has every reply (nothing out), for housekeeping
 	resume  atomic.Bool  // housekeeping lets a memory-paused connection go on
 	closing atomic.Bool  // the last resort closed it (gnet closes it on its loop, later)
 
@@ -170,18 +178,10 @@ type Holder struct {
 // Init ties h to its connection, named remote in the log.
 func (h *Holder) Init(c Conn, remote string) { h.conn, h.remote = c, remote }
 
-// Paused reports whether the connection is paused for memory or output:
-// housekeeping watches it, and its socket is not read until a pass's
-// Account ends the pause.
+// Paused reports whether the connection is paused for memory or output: it
+// decodes nothing until a pass's Account ends the pause. (An input pause
+// stops only the reading: what was read is decoded as before.)
 func (h *Holder) Paused() bool { return h.paused&^pausedInput != 0 }
-
-// OutputStopped reports whether the connection is paused for output: it
-// decodes nothing until its replies drain. A connection paused only for
-// memory or input goes on decoding what it has read (the server's output
-// stop bounds what its replies add): what it holds can drain only so, and
-// a node whose paused connections held 3/4 of the budget in commands
-// nobody ran stalled until the last resort closed them.
-func (h *Holder) OutputStopped() bool { return h.paused&pausedOutput != 0 }
 
 // Account publishes what h's connection holds after a pass of its loop (in
 // bytes of input not decoded yet, out of replies gnet has not sent) and
@@ -194,6 +194,9 @@ func (h *Holder) OutputStopped() bool { return h.paused&pausedOutput != 0 }
 func (b *Budget) Account(h *Holder, in, out, frame int, stall Stall, lim Limits) (closeConn bool) {
 	held := int64(max(in, frame) + out)
 	total := b.publish(h, held)
+	if d := out == 0; d != h.drained.Load() {
+		h.drained.Store(d)
+	}
 	if in > lim.ConnBuffer || out > lim.ConnBuffer {
 		b.closed.Add(1)
 		b.log.Warn("closing connection", "remote", h.remote, "reason", "buffer over limit",
@@ -463,17 +466,37 @@ const MaxWakeGap = 8
 
 // Tick is housekeeping's part, called from one goroutine: wake paused
 // connections to look at their output (due), let memory-paused ones go on
-// when there is room, close the largest holders as the last resort (all
-// lists the open connections' Holders; it is read only when the node is
-// past 3/4 of its budget), and return memory to the OS after a peak.
+// when there is room, or one at a time when nothing drains (below), close
+// the largest holders as the last resort (all lists the open connections'
+// Holders; it is read only when the node is past 3/4 of its budget), and
+// return memory to the OS after a peak.
+//
+// Without room, when the total has not fallen for ForceEvery, a tick lets
+// the smallest paused connection that holds PauseFloor or more and whose
+// client has read every reply go on, at most one every ForceEvery: what
+// paused connections hold in commands they have read can drain only by
+// running them, and when they held 3/4 of the budget themselves nothing
+// moved until the last resort closed them (40 clients pipelining 1 MiB
+// SET/GET pairs against 64 MiB lost a sixth of their replies to resets).
+// Connections whose clients read slowly hold replies or little else, so
+// they wait for room as before; those whose clients do not read are never
+// chosen.
 func (b *Budget) Tick(now time.Time, budget int64, all iter.Seq[*Holder]) {
 	total := b.held.Load()
 	room := budget*3/4 - total
-	list := b.pausedHolders(room > 0) // the order matters only when there is room to give
+	if total < b.lastTotal || room > 0 || b.lastFall.IsZero() {
+		b.lastFall = now
+	}
+	b.lastTotal = total
+	stuck := now.Sub(b.lastFall) >= ForceEvery && now.Sub(b.lastForced) >= ForceEvery
+	list := b.pausedHolders(room > 0 || stuck) // the order matters only when there is room to give
 	for i, h := range list {
 		resumed := room > 0
 		if resumed {
 			room -= h.pub.Load() + PauseFloor
+			h.resume.Store(true)
+		} else if stuck && h.drained.Load() && h.pub.Load() >= PauseFloor {
+			resumed, stuck, b.lastForced = true, false, now
 			h.resume.Store(true)
 		}
 		if h.due() || resumed {

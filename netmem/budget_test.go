@@ -424,7 +424,8 @@ func TestTickWakesBackOff(t *testing.T) {
 	h, f := newHolder("stuck")
 	other, _ := newHolder("other") // keeps the node over its budget: no room
 	b.Account(other, 2<<20, 0, 0, NotStalled, noPause)
-	if b.Account(h, PauseFloor, 0, 0, NotStalled, lim); !h.Paused() {
+	// A reply waits for its client: never let go on without room (TestTickLetsOneGoWhenStuck).
+	if b.Account(h, PauseFloor, 1, 0, NotStalled, lim); !h.Paused() {
 		t.Fatal("not paused")
 	}
 	var woken []int
@@ -442,7 +443,7 @@ func TestTickWakesBackOff(t *testing.T) {
 		t.Fatalf("woken at ticks %v, want %v", woken, want)
 	}
 	woken = nil
-	b.Account(h, PauseFloor+1, 0, 0, NotStalled, lim) // a pass saw its figures change
+	b.Account(h, PauseFloor+1, 1, 0, NotStalled, lim) // a pass saw its figures change
 	for i := 40; i < 46; i++ {
 		tick(i)
 	}
@@ -454,6 +455,60 @@ func TestTickWakesBackOff(t *testing.T) {
 	tick(46)
 	if want := []int{46}; !slices.Equal(woken, want) || !h.resume.Load() {
 		t.Fatalf("with room woken at %v (resume %v), want [46] and resume", woken, h.resume.Load())
+	}
+}
+
+// TestTickLetsOneGoWhenStuck: without room, the smallest memory-paused
+// connection whose client has read every reply goes on (its commands drain only by
+// running) once the total has not fallen for ForceEvery, one at a time, at
+// most every ForceEvery; one with replies waiting, or holding less than
+// PauseFloor (a slow reader's few GETs), is never chosen.
+func TestTickLetsOneGoWhenStuck(t *testing.T) {
+	lim := Limits{Budget: 4 << 20, ConnOutput: 1 << 30, ConnWaiting: 1 << 30, ConnBuffer: 1 << 30}
+	b := newTestBudget()
+	big, _ := newHolder("big") // puts the node over its budget
+	b.Account(big, 5<<20, 0, 0, NotStalled, noPause)
+	reader, _ := newHolder("reader") // small, but a reply waits for its client
+	small, _ := newHolder("small")
+	large, _ := newHolder("large")
+	tiny, _ := newHolder("tiny") // holds little: never chosen
+	b.Account(reader, 100<<10, 1, 0, NotStalled, lim)
+	b.Account(tiny, 100<<10, 0, 0, NotStalled, lim)
+	b.Account(tiny, 10<<10, 0, 0, NotStalled, lim) // still paused, now holding 10 KiB
+	b.Account(small, 200<<10, 0, 0, NotStalled, lim)
+	b.Account(large, 900<<10, 0, 0, NotStalled, lim)
+	b.Forget(big)
+	b.Account(big, 3<<20, 0, 0, NotStalled, noPause) // still no room: 4.2 MiB held
+	hs := all(reader, tiny, small, large, big)
+	t0 := time.Unix(100, 0)
+	b.Tick(t0, lim.Budget, hs) // the first look: nothing to compare with
+	if reader.resume.Load() || small.resume.Load() || large.resume.Load() {
+		t.Fatal("let one go at the first tick")
+	}
+	b.Tick(t0.Add(50*time.Millisecond), lim.Budget, hs)
+	if small.resume.Load() {
+		t.Fatal("let one go before the total stood still for ForceEvery")
+	}
+	b.Tick(t0.Add(100*time.Millisecond), lim.Budget, hs)
+	if reader.resume.Load() || tiny.resume.Load() || !small.resume.Load() || large.resume.Load() {
+		t.Fatalf("stuck: resume reader %v tiny %v small %v large %v; want only small", reader.resume.Load(),
+			tiny.resume.Load(), small.resume.Load(), large.resume.Load())
+	}
+	if !tiny.Paused() {
+		t.Fatal("tiny not paused: the test needs it paused")
+	}
+	b.Tick(t0.Add(150*time.Millisecond), lim.Budget, hs)
+	if large.resume.Load() {
+		t.Fatal("a second one let go within ForceEvery")
+	}
+	b.Account(small, 0, 0, 0, NotStalled, lim) // its pass ran what it held: the total falls
+	b.Tick(t0.Add(250*time.Millisecond), lim.Budget, hs)
+	if large.resume.Load() {
+		t.Fatal("let one go while the total falls")
+	}
+	b.Tick(t0.Add(350*time.Millisecond), lim.Budget, hs)
+	if !large.resume.Load() || reader.resume.Load() {
+		t.Fatalf("stuck again: resume large %v reader %v; want large only", large.resume.Load(), reader.resume.Load())
 	}
 }
 

@@ -38,11 +38,9 @@
 //     them all;
 //   - while the node's total is over [Limits].Budget, a connection holding
 //     at least [PauseFloor] besides its admitted frame is paused for
-//     memory: it stops being read, and the client's further bytes wait in
-//     the kernel while TCP pushes back. It goes on running the commands it
-//     has read (only an output pause stops that: [Holder.OutputStopped]),
-//     so that what it holds drains. (Pausing the reader of an admitted frame
-//     would free nothing: it finishes it.)
+//     memory: it stops being read and served, and the client's further
+//     bytes wait in the kernel while TCP pushes back. (Pausing the reader of
+//     an admitted frame would free nothing: it finishes it.)
 //
 // The server's housekeeping calls [Budget.Tick] every few milliseconds. It
 // wakes the paused connections (gnet tells nobody when an outbound buffer
@@ -50,7 +48,10 @@
 // next tick, one whose figures stand after a gap that doubles up to
 // [MaxWakeGap] ticks. It lets memory-paused connections go on,
 // those holding the least first, while the total stays under 3/4 of the
-// budget; as the last resort closes the connections holding the most, as
+// budget, and without room, when the total has not fallen for
+// [ForceEvery], the smallest one holding at least [PauseFloor] of commands
+// whose client has read every reply (they can drain only by running), one
+// at a time; as the last resort closes the connections holding the most, as
 // many as it takes to bring the total under 3/4 of the budget, when the
 // node has gone [CloseGrace] without room (over its budget, or over 3/4 of
 // it while connections are paused for memory and so cannot go on) or is

@@ -268,10 +268,9 @@ func (c *conn) detect() bool {
 
 // mayDecode is checked before each command of either protocol: a reload
 // that revoked the user's access applies before the next command
-// (revalidate); a connection paused for output, or one whose unsent
-// replies reach max_conn_output (resident GETs answered on the loop fill
-// them within one pass), decodes nothing more until they drain (netmem).
-// One paused for memory is not read, but it decodes what it holds.
+// (revalidate); a paused connection, or one whose unsent replies reach
+// max_conn_output (resident GETs answered on the loop fill them within one
+// pass), decodes nothing more until they drain (netmem).
 func (c *conn) mayDecode() bool {
 	if gen := c.srv.usersGen.Load(); gen != c.usersGen { // a reload since the last look
 		c.usersGen = gen
@@ -283,7 +282,7 @@ func (c *conn) mayDecode() bool {
 	if len(c.out) >= outFlush {
 		c.flushOut()
 	}
-	if c.mem.OutputStopped() || c.outputFull() {
+	if c.mem.Paused() || c.outputFull() {
 		c.stopped = true
 		return false
 	}
