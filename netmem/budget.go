@@ -280,30 +280,29 @@ type Share struct{ n atomic.Int64 }
 // bytes whose header has come: a small frame always, a larger one while the
 // node's total and all of it fit the budget, and while the frames its group
 // sh (nil: the connections in no group, together) has admitted and it fit
-// half of the budget. Account then
-// holds it whole until it has arrived, so that the frames being read never
-// add up past the budget, however many connections start one; and one
-// group's connections that start frames and stall cannot take the room
-// every other group's large writes need (150 connections holding half-sent
-// 1 MB values refused every tenant's 200 KB SETs for 20 s). A refused
-// frame is counted (Stats.Refused) and its reason kept (Refusal); the
-// server answers it at its header and discards its body as it comes, so
-// that it costs no memory. FrameDone (or Forget) ends what an admitted
-// frame counts in its group.
+// half of the budget. Account then holds it whole until it has arrived, so
+// that the frames being read never add up past the budget, however many
+// connections start one; and one group's connections that start frames and
+// stall cannot take the room every other group's large writes need (150
+// connections holding half-sent 1 MB values refused every tenant's 200 KB
+// SETs for 20 s). A refused frame is counted (Stats.Refused) and its reason
+// kept (Refusal); the server answers it at its header and discards its body
+// as it comes, so that it costs no memory. FrameDone (or Forget) ends what
+// an admitted frame counts in its group.
 func (b *Budget) Admit(h *Holder, frame int, budget int64, sh *Share) bool {
 	if frame <= SmallFrame {
 		return true
 	}
-	f := int64(frame)
+	f, who := int64(frame), "this bucket's connections"
 	if sh == nil {
-		sh = &b.unbound
+		sh, who = &b.unbound, "the connections without a bucket"
 	}
 	switch {
 	case b.held.Load()+f > budget:
 		h.refusal = "no room for a frame of " + strconv.Itoa(frame) + " bytes: the connections hold max_buffer_bytes=" +
 			strconv.FormatInt(budget, 10)
 	case sh.n.Load()+f > budget/2:
-		h.refusal = "no room for a frame of " + strconv.Itoa(frame) + " bytes: this bucket's connections hold " +
+		h.refusal = "no room for a frame of " + strconv.Itoa(frame) + " bytes: " + who + " hold " +
 			strconv.FormatInt(sh.n.Load(), 10) + " bytes of unfinished frames, half of max_buffer_bytes=" +
 			strconv.FormatInt(budget, 10) + " at most"
 	default:

@@ -249,6 +249,9 @@ func TestAdmitShare(t *testing.T) {
 	if !b.Admit(h1, 3<<20, budget, nil) || b.Admit(h2, 2<<20, budget, nil) {
 		t.Fatal("connections in no group: want the first 3 MiB frame admitted, the next 2 MiB refused")
 	}
+	if r := h2.Refusal(); !strings.Contains(r, "the connections without a bucket hold 3145728 bytes") {
+		t.Fatalf("refusal %q", r)
+	}
 }
 
 // TestForgetAndUnpause: a closing connection leaves the figures; at
