@@ -270,7 +270,7 @@ func reasonOf(err, sentinel error) string {
 // otherwise the reason followed by " retry_after_us=N". The reason is plain
 // ASCII without quotes or backslashes, so it needs no JSON escaping.
 func (e *Encoder) DeadlineRefusal(dst []byte, req *binary.Request, g ingress.Grant, bucket string, capacity int, retry time.Duration) []byte {
-	us := int64((retry + time.Microsecond - 1) / time.Microsecond)
+	us := ceilMicros(retry)
 	body := e.scratch[:0]
 	res := binary.Response{Opcode: req.Opcode, Status: binary.StatusTemporaryFailure, Opaque: req.Opaque}
 	if e.Features&FeatXError != 0 {
@@ -291,9 +291,11 @@ func (e *Encoder) DeadlineRefusal(dst []byte, req *binary.Request, g ingress.Gra
 // DeadlineReason is the reason of a deadline refusal without XERROR, for a
 // text or meta command's SERVER_ERROR line.
 func DeadlineReason(g ingress.Grant, bucket string, capacity int, retry time.Duration) string {
-	us := int64((retry + time.Microsecond - 1) / time.Microsecond)
-	return string(appendDeadlineReason(nil, g, bucket, capacity, us))
+	return string(appendDeadlineReason(nil, g, bucket, capacity, ceilMicros(retry)))
 }
+
+// ceilMicros is d in microseconds, rounded up: a retry hint never too early.
+func ceilMicros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
 
 // appendDeadlineReason appends the gate's reason and " retry_after_us=N".
 func appendDeadlineReason(dst []byte, g ingress.Grant, bucket string, capacity int, us int64) []byte {

@@ -297,13 +297,12 @@ func (b *Budget) Admit(h *Holder, frame int, budget int64, sh *Share) bool {
 	if sh == nil {
 		sh, who = &b.unbound, "the connections without a bucket"
 	}
-	switch {
+	var why string
+	switch held := sh.n.Load(); {
 	case b.held.Load()+f > budget:
-		h.refusal = "no room for a frame of " + strconv.Itoa(frame) + " bytes: the connections hold max_buffer_bytes=" +
-			strconv.FormatInt(budget, 10)
-	case sh.n.Load()+f > budget/2:
-		h.refusal = "no room for a frame of " + strconv.Itoa(frame) + " bytes: " + who + " hold " +
-			strconv.FormatInt(sh.n.Load(), 10) + " bytes of unfinished frames, half of max_buffer_bytes=" +
+		why = "the connections hold max_buffer_bytes=" + strconv.FormatInt(budget, 10)
+	case held+f > budget/2:
+		why = who + " hold " + strconv.FormatInt(held, 10) + " bytes of unfinished frames, half of max_buffer_bytes=" +
 			strconv.FormatInt(budget, 10) + " at most"
 	default:
 		h.FrameDone()
@@ -311,6 +310,7 @@ func (b *Budget) Admit(h *Holder, frame int, budget int64, sh *Share) bool {
 		h.share, h.shared = sh, f
 		return true
 	}
+	h.refusal = "no room for a frame of " + strconv.Itoa(frame) + " bytes: " + why
 	b.refused.Add(1)
 	return false
 }

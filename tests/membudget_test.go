@@ -364,14 +364,16 @@ func TestReadersThatLeaveAreClosed(t *testing.T) {
 }
 
 // TestPausedConnectionsServeWhatTheyHold: connections paused for
-// max_buffer_bytes go on running the commands they have read, so that what
-// they hold drains. 48 clients each pipeline five 1 MiB SETs, each followed
+// max_buffer_bytes whose clients have read every reply get to run the
+// commands they hold when nothing else drains (netmem.Budget.Tick, one at a
+// time), so that what they hold drains. 48 clients each pipeline five 1 MiB SETs, each followed
 // by a GET of its key, reading the replies as they come, against a 64 MiB
 // budget: every client gets its 10 replies, in order (a SET refused at its
 // header for want of room, 0x82, is one of them), and no connection is
 // closed. (Paused connections used to run nothing until the node was under
 // 3/4 of its budget; when they held that much themselves, nothing moved
-// until the last resort closed them 5 s later: 340 of 400 replies.)
+// until the last resort closed them 5 s later: 340 of 400 replies.) The
+// test name is from the first fix, which let every paused connection run.
 func TestPausedConnectionsServeWhatTheyHold(t *testing.T) {
 	const budget, clients, pairs = 64 << 20, 48, 5
 	k := startKVD(t, configWith(t, `{"anonymous_bucket": "default", "buckets": [{"name": "default"}]}`,
