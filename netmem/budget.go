@@ -170,9 +170,10 @@ type Holder struct {
 	closing atomic.Bool  // the last resort closed it (gnet closes it on its loop, later)
 
 	// Tick's own (due): pub when it last looked, and the gap between its
-	// wakes of this paused connection and the ticks left until the next.
-	tickHeld          int64
-	tickGap, tickWait int
+	// wakes of this paused connection and the ticks left until the next;
+	// pub when Tick last let it go on without room (forceable).
+	tickHeld, forcedHeld int64
+	tickGap, tickWait    int
 }
 
 // Init ties h to its connection, named remote in the log.
@@ -471,15 +472,13 @@ const MaxWakeGap = 8
 // return memory to the OS after a peak.
 //
 // Without room, when the total has not fallen for ForceEvery, a tick lets
-// the smallest paused connection that holds PauseFloor or more and whose
-// client has read every reply go on, at most one every ForceEvery: what
-// paused connections hold in commands they have read can drain only by
-// running them, and when they held 3/4 of the budget themselves nothing
-// moved until the last resort closed them (40 clients pipelining 1 MiB
-// SET/GET pairs against 64 MiB lost a sixth of their replies to resets).
-// Connections whose clients read slowly hold replies or little else, so
-// they wait for room as before; those whose clients do not read are never
-// chosen.
+// the smallest forceable paused connection go on, at most one every
+// ForceEvery: what paused connections hold in commands they have read can
+// drain only by running them, and when they held 3/4 of the budget
+// themselves nothing moved until the last resort closed them (40 clients
+// pipelining 1 MiB SET/GET pairs against 64 MiB lost a sixth of their
+// replies to resets). While one is forceable the node is not stuck, and
+// the last resort waits for the budget itself (lastResort).
 func (b *Budget) Tick(now time.Time, budget int64, all iter.Seq[*Holder]) {
 	total := b.held.Load()
 	room := budget*3/4 - total
@@ -489,23 +488,40 @@ func (b *Budget) Tick(now time.Time, budget int64, all iter.Seq[*Holder]) {
 	b.lastTotal = total
 	stuck := now.Sub(b.lastFall) >= ForceEvery && now.Sub(b.lastForced) >= ForceEvery
 	list := b.pausedHolders(room > 0 || stuck) // the order matters only when there is room to give
+	moving := false                            // a paused connection can be let go on without room
 	for i, h := range list {
 		resumed := room > 0
 		if resumed {
 			room -= h.pub.Load() + PauseFloor
 			h.resume.Store(true)
-		} else if stuck && h.drained.Load() && h.pub.Load() >= PauseFloor {
-			resumed, stuck, b.lastForced = true, false, now
-			h.resume.Store(true)
+		} else if h.forceable() {
+			moving = true
+			if stuck {
+				resumed, stuck, b.lastForced = true, false, now
+				h.forcedHeld = h.pub.Load()
+				h.resume.Store(true)
+			}
 		}
 		if h.due() || resumed {
 			_ = h.conn.Wake(nil)
 		}
 		list[i] = nil
 	}
-	b.lastResort(now, total, budget, all)
+	b.lastResort(now, total, budget, moving, all)
 	b.logRefused(now, total, budget)
 	b.freeOS(now, total)
+}
+
+// forceable reports whether Tick may let h, paused, go on without room: it
+// holds PauseFloor or more, its client has read every reply (so what it
+// holds is commands it has read), and what it holds changed since Tick last
+// let it go on (one that ran nothing then, waiting for the throttle, say,
+// is not chosen again and again while others wait). Connections whose
+// clients read slowly hold replies or little else, so they wait for room;
+// those whose clients do not read are never chosen.
+func (h *Holder) forceable() bool {
+	held := h.pub.Load()
+	return held >= PauseFloor && held != h.forcedHeld && h.drained.Load()
 }
 
 // due reports whether housekeeping wakes h, paused, in this tick, so that
@@ -534,13 +550,14 @@ func (h *Holder) due() bool {
 // to bring the node's total under 3/4 of its budget, where paused
 // connections go on again, once the node has gone CloseGrace without room:
 // over its budget, or over 3/4 of it while connections are paused for
-// memory, which then cannot go on. Over twice its budget it does not wait.
+// memory and none can be let go on (moving: Tick's forceable), so that
+// nothing drains. Over twice its budget it does not wait.
 // It closes at most once per CloseEvery, as Redis's maxmemory-clients
 // evicts the clients using the most until the total is under its limit.
 // (Closing one connection a second left 1,450 connections whose clients
 // had gone holding 93 MB: each held 64 KiB of commands kvd no longer read,
 // and the client's FIN waited behind them.)
-func (b *Budget) lastResort(now time.Time, total, budget int64, all iter.Seq[*Holder]) {
+func (b *Budget) lastResort(now time.Time, total, budget int64, moving bool, all iter.Seq[*Holder]) {
 	target := budget * 3 / 4 // Tick resumes paused connections only under it
 	if total < target {
 		b.overSince = time.Time{}
@@ -558,7 +575,7 @@ func (b *Budget) lastResort(now time.Time, total, budget int64, all iter.Seq[*Ho
 		}
 	}
 	defer func() { clear(list); b.closeList = list[:0] }()
-	if total < target || total <= budget && b.memPaused.Load() == 0 {
+	if total < target || total <= budget && (b.memPaused.Load() == 0 || moving) {
 		b.overSince = time.Time{}
 		return
 	}

@@ -564,10 +564,12 @@ func TestLastResortFreesRoom(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		paused bool // the large holder was paused for memory
+		out    int  // of its 900 KiB, replies its client has not read
 		closes int
 	}{
-		{"between 3/4 and the budget, paused for memory: no room", true, 1},
-		{"between 3/4 and the budget, nobody paused: room enough", false, 0},
+		{"between 3/4 and the budget, paused for memory, its client reads nothing: no room", true, 100 << 10, 1},
+		{"between 3/4 and the budget, paused for memory holding commands: let go on", true, 0, 0},
+		{"between 3/4 and the budget, nobody paused: room enough", false, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newTestBudget()
@@ -576,7 +578,7 @@ func TestLastResortFreesRoom(t *testing.T) {
 			if tc.paused {
 				b.Account(other, 200<<10, 0, 0, NotStalled, noPause)
 			}
-			b.Account(h, 900<<10, 0, 0, NotStalled, lim)
+			b.Account(h, 900<<10-tc.out, tc.out, 0, NotStalled, lim)
 			if h.Paused() != tc.paused {
 				t.Fatalf("paused %v, want %v", h.Paused(), tc.paused)
 			}
@@ -586,6 +588,67 @@ func TestLastResortFreesRoom(t *testing.T) {
 			if f.closes != tc.closes {
 				t.Fatalf("closes %d, want %d", f.closes, tc.closes)
 			}
+			if let := tc.paused && tc.closes == 0; h.resume.Load() != let {
+				t.Fatalf("let go on %v, want %v", h.resume.Load(), let)
+			}
 		})
+	}
+}
+
+// TestTickForcesNoneTwiceUnchanged: a paused connection let go on without
+// room that ran nothing (its commands wait for the throttle, say) is not
+// chosen again until what it holds changes, so the others get their turn;
+// once none can be let go on, the node is stuck and the last resort acts.
+// (The CI's loaded runs of TestPausedConnectionsServeWhatTheyHold closed
+// connections that were being served one at a time: the total stayed over
+// 3/4 of the budget for CloseGrace while it moved.)
+func TestTickForcesNoneTwiceUnchanged(t *testing.T) {
+	lim := Limits{Budget: 1 << 20, ConnOutput: 1 << 30, ConnWaiting: 1 << 30, ConnBuffer: 1 << 30}
+	b := newTestBudget()
+	other, _ := newHolder("other")
+	b.Account(other, 800<<10, 0, 0, NotStalled, noPause)
+	x, fx := newHolder("x")
+	y, fy := newHolder("y")
+	b.Account(x, 300<<10, 0, 0, NotStalled, lim)
+	b.Account(y, 500<<10, 0, 0, NotStalled, lim) // both paused: 1.1 and 1.6 MiB
+	b.Account(other, 0, 0, 0, NotStalled, noPause)
+	if !x.Paused() || !y.Paused() {
+		t.Fatal("the test needs x and y paused")
+	}
+	hs := all(x, y, other)
+	ranNothing := func(h *Holder, held int) { // its pass takes the resume, the next pauses it again
+		b.Account(h, held, 0, 0, Waiting, lim)
+		b.Account(other, 800<<10, 0, 0, NotStalled, noPause)
+		b.Account(h, held, 0, 0, Waiting, lim)
+		b.Account(other, 0, 0, 0, NotStalled, noPause)
+		if !h.Paused() {
+			t.Fatalf("%s not paused again", h.remote)
+		}
+	}
+	t0 := time.Unix(100, 0)
+	b.Tick(t0, lim.Budget, hs)
+	b.Tick(t0.Add(ForceEvery), lim.Budget, hs)
+	if !x.resume.Load() || y.resume.Load() {
+		t.Fatalf("first: resume x %v y %v, want x", x.resume.Load(), y.resume.Load())
+	}
+	ranNothing(x, 300<<10)
+	b.Tick(t0.Add(2*ForceEvery), lim.Budget, hs)
+	if x.resume.Load() || !y.resume.Load() {
+		t.Fatalf("second: resume x %v y %v, want y", x.resume.Load(), y.resume.Load())
+	}
+	ranNothing(y, 500<<10)
+	for i := 3; i <= 3+int(CloseGrace/ForceEvery); i++ {
+		b.Tick(t0.Add(time.Duration(i)*ForceEvery), lim.Budget, hs)
+		if x.resume.Load() || y.resume.Load() {
+			t.Fatalf("tick %d: let one go that ran nothing (x %v y %v)", i, x.resume.Load(), y.resume.Load())
+		}
+	}
+	if fx.closes+fy.closes != 1 {
+		t.Fatalf("closes x %d y %d: want the last resort to close one", fx.closes, fy.closes)
+	}
+	ranNothing(x, 200<<10) // what it holds changed: it may go on again
+	b.Tick(t0.Add(100*ForceEvery), lim.Budget, hs)
+	if !x.resume.Load() {
+		t.Fatal("x holds something else now, and was not let go on")
 	}
 }
