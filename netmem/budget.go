@@ -112,6 +112,7 @@ type Budget struct {
 	refused   atomic.Int64
 	memPaused atomic.Int64 // Holders paused for memory now
 	unbound   Share        // the admitted frames of connections in no group
+	frames    atomic.Int64 // the admitted frames of every group together
 
 	mu     sync.Mutex
 	paused map[*Holder]struct{} // guarded by mu: the Holders with a pause reason
@@ -160,8 +161,9 @@ type Holder struct {
 	interest uint8 // the read interest setReading last set (interest bits); 0 none yet
 	wrote    bool  // the connection gave gnet replies since the last Account (Wrote)
 
-	share   *Share // the group its admitted frame counts in (Admit), nil if none
-	shared  int64  // what that frame counts there
+	share   *Share        // the group its admitted frame counts in (Admit), nil if none
+	shared  int64         // what that frame counts there
+	frames  *atomic.Int64 // and in every group's total (Budget.frames)
 	refusal string // why Admit last refused a frame
 
 	pub     atomic.Int64 // held, for housekeeping
@@ -281,12 +283,16 @@ type Share struct{ n atomic.Int64 }
 // bytes whose header has come: a small frame always, a larger one while the
 // node's total and all of it fit the budget, and while the frames its group
 // sh (nil: the connections in no group, together) has admitted and it fit
-// half of the budget. Account then holds it whole until it has arrived, so
-// that the frames being read never add up past the budget, however many
-// connections start one; and one group's connections that start frames and
+// half of what the other groups' admitted frames leave of the budget.
+// Account then holds it whole until it has arrived, so that the frames
+// being read never add up past the budget, however many connections start
+// one; and the connections of one group, or of a few, that start frames and
 // stall cannot take the room every other group's large writes need (150
 // connections holding half-sent 1 MB values refused every tenant's 200 KB
-// SETs for 20 s). A refused frame is counted (Stats.Refused) and its reason
+// SETs for 20 s; with each group held to half of the budget, two groups
+// together could still fill it). A group alone may have half of the
+// budget, a second half of the rest, and so on: the last group admitted
+// always leaves at least what it holds. A refused frame is counted (Stats.Refused) and its reason
 // kept (Refusal); the server answers it at its header and discards its body
 // as it comes, so that it costs no memory. FrameDone (or Forget) ends what
 // an admitted frame counts in its group.
@@ -299,16 +305,19 @@ func (b *Budget) Admit(h *Holder, frame int, budget int64, sh *Share) bool {
 		sh, who = &b.unbound, "the connections without a bucket"
 	}
 	var why string
-	switch held := sh.n.Load(); {
+	held := sh.n.Load()
+	switch others := b.frames.Load() - held; {
 	case b.held.Load()+f > budget:
 		why = "the connections hold max_buffer_bytes=" + strconv.FormatInt(budget, 10)
-	case held+f > budget/2:
-		why = who + " hold " + strconv.FormatInt(held, 10) + " bytes of unfinished frames, half of max_buffer_bytes=" +
-			strconv.FormatInt(budget, 10) + " at most"
+	case held+f > (budget-others)/2:
+		why = who + " hold " + strconv.FormatInt(held, 10) + " bytes of unfinished frames and the others " +
+			strconv.FormatInt(others, 10) + ": at most half of what the others leave of max_buffer_bytes=" +
+			strconv.FormatInt(budget, 10)
 	default:
 		h.FrameDone()
 		sh.n.Add(f)
-		h.share, h.shared = sh, f
+		b.frames.Add(f)
+		h.share, h.shared, h.frames = sh, f, &b.frames
 		return true
 	}
 	h.refusal = "no room for a frame of " + strconv.Itoa(frame) + " bytes: " + why
@@ -324,7 +333,8 @@ func (h *Holder) Refusal() string { return h.refusal }
 func (h *Holder) FrameDone() {
 	if h.share != nil {
 		h.share.n.Add(-h.shared)
-		h.share, h.shared = nil, 0
+		h.frames.Add(-h.shared)
+		h.share, h.shared, h.frames = nil, 0, nil
 	}
 }
 

@@ -214,37 +214,51 @@ func TestAdmit(t *testing.T) {
 	}
 }
 
-// TestAdmitShare: one group's admitted frames take at most half the
-// budget, whatever room the node has; a frame that arrived (FrameDone) or
-// a connection that closed (Forget) gives its share back, and another
-// group is not held back meanwhile.
+// TestAdmitShare: one group's admitted frames take at most half of what
+// the other groups' leave of the budget, whatever room the node has, so
+// that no number of groups fills it; a frame that arrived (FrameDone) or a
+// connection that closed (Forget) gives its share back.
 func TestAdmitShare(t *testing.T) {
 	const budget = 8 << 20
 	b := newTestBudget()
-	var mine, theirs Share
+	var mine, theirs, third Share
 	h1, _ := newHolder("a")
 	h2, _ := newHolder("b")
 	h3, _ := newHolder("c")
+	h4, _ := newHolder("d")
 	if !b.Admit(h1, 3<<20, budget, &mine) {
 		t.Fatal("the group's first frame refused")
 	}
 	if b.Admit(h2, 2<<20, budget, &mine) {
 		t.Fatal("the group admitted past half the budget")
 	}
-	if r := h2.Refusal(); !strings.Contains(r, "this bucket's connections hold 3145728 bytes of unfinished frames") {
+	if r := h2.Refusal(); !strings.Contains(r, "this bucket's connections hold 3145728 bytes of unfinished frames and the others 0") {
 		t.Fatalf("refusal %q", r)
 	}
-	if !b.Admit(h3, 3<<20, budget, &theirs) {
+	// Another group has half of what the first leaves: 2.5 MiB.
+	if b.Admit(h3, 3<<20, budget, &theirs) {
+		t.Fatal("a second group admitted past half of what the first leaves")
+	}
+	if r := h3.Refusal(); !strings.Contains(r, "hold 0 bytes of unfinished frames and the others 3145728: at most half of what the others leave") {
+		t.Fatalf("refusal %q", r)
+	}
+	if !b.Admit(h3, 2<<20, budget, &theirs) {
 		t.Fatal("another group's frame refused")
 	}
+	// Two groups together leave room for a third: (8 - 3 - 2) / 2 MiB.
+	if b.Admit(h4, 2<<20, budget, &third) || !b.Admit(h4, 1<<20, budget, &third) {
+		t.Fatal("a third group: want 2 MiB refused, 1 MiB admitted")
+	}
+	h4.FrameDone()
 	h1.FrameDone()
-	if !b.Admit(h2, 4<<20, budget, &mine) {
-		t.Fatal("the group's room not back after FrameDone")
+	if b.Admit(h2, 4<<20, budget, &mine) || !b.Admit(h2, 3<<20, budget, &mine) {
+		t.Fatal("after FrameDone the group has half of what the other leaves: want 4 MiB refused, 3 MiB admitted")
 	}
 	b.Forget(h2)
-	if mine.n.Load() != 0 || theirs.n.Load() != 3<<20 {
-		t.Fatalf("shares %d and %d after Forget, want 0 and 3 MiB", mine.n.Load(), theirs.n.Load())
+	if mine.n.Load() != 0 || theirs.n.Load() != 2<<20 || b.frames.Load() != 2<<20 {
+		t.Fatalf("shares %d and %d, total %d after Forget, want 0, 2 MiB, 2 MiB", mine.n.Load(), theirs.n.Load(), b.frames.Load())
 	}
+	h3.FrameDone()
 	// Connections in no group (nil) count together.
 	if !b.Admit(h1, 3<<20, budget, nil) || b.Admit(h2, 2<<20, budget, nil) {
 		t.Fatal("connections in no group: want the first 3 MiB frame admitted, the next 2 MiB refused")

@@ -434,30 +434,37 @@ func TestPausedConnectionsServeWhatTheyHold(t *testing.T) {
 }
 
 // TestStalledFramesLeaveRoomForOtherBuckets: one bucket's connections that
-// start large values and stall hold at most half of max_buffer_bytes; the
+// start large values and stall hold at most half of max_buffer_bytes, and
+// connections without a bucket doing the same half of what is left; the
 // rest is refused at its header with the reason, and another bucket's
 // large SET still finds room. (They used to take the whole budget: 150
-// such connections refused every other tenant's 200 KB SETs for 20 s.)
+// such connections refused every other tenant's 200 KB SETs for 20 s; and
+// with each group held to half of it, two groups could fill it.)
 func TestStalledFramesLeaveRoomForOtherBuckets(t *testing.T) {
 	const budget, value = 16 << 20, 1 << 20
 	k := startKVD(t, throttleConfig(t, map[string]any{"max_buffer_bytes": budget, "idle_timeout_ms": 60000},
 		bucketConfig("noisy", "unlimited", nil), bucketConfig("quiet", "unlimited", nil)))
-	refused := 0
-	for i := range 20 {
-		c := login(t, k.Addr, "tenant", "tenant-pw", "noisy")
-		frame := mc.AppendRequest(nil, reqWith(mc.OpSet, uint32(i), mc.AppendSetExtras(nil, 0, 0), "k"+strconv.Itoa(i), strings.Repeat("n", value)))
-		c.write(frame[:len(frame)/2]) // and stall
-		if res, err := c.tryRecv(300 * time.Millisecond); err == nil {
-			if res.Status != mc.StatusOutOfMemory || !strings.Contains(string(res.Value), "this bucket's connections hold") {
-				t.Fatalf("stalled SET %d refused with 0x%02x %q", i, uint16(res.Status), res.Value)
+	stall := func(group string, dial func() *rawConn) {
+		refused := 0
+		for i := range 20 {
+			c := dial()
+			// Frames just under 1 MiB: half of the budget takes 8 of them.
+			frame := mc.AppendRequest(nil, reqWith(mc.OpSet, uint32(i), mc.AppendSetExtras(nil, 0, 0), "k"+strconv.Itoa(i), strings.Repeat("n", value-64)))
+			c.write(frame[:len(frame)/2]) // and stall
+			if res, err := c.tryRecv(300 * time.Millisecond); err == nil {
+				if res.Status != mc.StatusOutOfMemory || !strings.Contains(string(res.Value), "hold") {
+					t.Fatalf("%s: stalled SET %d refused with 0x%02x %q", group, i, uint16(res.Status), res.Value)
+				}
+				refused++
 			}
-			refused++
 		}
+		if refused == 0 || refused == 20 {
+			t.Fatalf("%s: %d of 20 stalled 1 MiB frames refused against a %d MiB budget: want some held, the rest refused", group, refused, budget>>20)
+		}
+		t.Logf("%s: %d of 20 stalled frames refused", group, refused)
 	}
-	if refused == 0 || refused == 20 {
-		t.Fatalf("%d of 20 stalled 1 MiB frames refused against a %d MiB budget: want some held, the rest refused", refused, budget>>20)
-	}
+	stall("noisy", func() *rawConn { return login(t, k.Addr, "tenant", "tenant-pw", "noisy") })
+	stall("no bucket", func() *rawConn { return dialRaw(t, k.Addr) })
 	q := login(t, k.Addr, "tenant", "tenant-pw", "quiet")
 	q.expectStatus("quiet's 1 MiB SET beside the stalled frames", reqWith(mc.OpSet, 1, mc.AppendSetExtras(nil, 0, 0), "q", strings.Repeat("q", value)), mc.StatusOK)
-	t.Logf("%d of 20 stalled frames refused; quiet stored its 1 MiB value", refused)
 }
