@@ -164,7 +164,7 @@ type Holder struct {
 	share   *Share        // the group its admitted frame counts in (Admit), nil if none
 	shared  int64         // what that frame counts there
 	frames  *atomic.Int64 // and in every group's total (Budget.frames)
-	refusal string // why Admit last refused a frame
+	refusal string        // why Admit last refused a frame
 
 	pub     atomic.Int64 // held, for housekeeping
 	drained atomic.Bool  // its client has every reply (nothing out), for housekeeping
