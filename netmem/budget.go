@@ -292,10 +292,11 @@ type Share struct{ n atomic.Int64 }
 // SETs for 20 s; with each group held to half of the budget, two groups
 // together could still fill it). A group alone may have half of the
 // budget, a second half of the rest, and so on: the last group admitted
-// always leaves at least what it holds. A refused frame is counted (Stats.Refused) and its reason
-// kept (Refusal); the server answers it at its header and discards its body
-// as it comes, so that it costs no memory. FrameDone (or Forget) ends what
-// an admitted frame counts in its group.
+// always leaves at least what it holds. A refused frame is counted
+// (Stats.Refused) and its reason kept (Refusal); the server answers it at
+// its header and discards its body as it comes, so that it costs no
+// memory. FrameDone (or Forget) ends what an admitted frame counts in its
+// group.
 func (b *Budget) Admit(h *Holder, frame int, budget int64, sh *Share) bool {
 	if frame <= SmallFrame {
 		return true
