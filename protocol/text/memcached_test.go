@@ -106,6 +106,7 @@ var hostileCases = []hostileCase{
 	{"ma forms", "ma n\r\nma n N0 J13 v\r\nma n v\r\nma n MD D20 v c\r\nma n q\r\nma n M+ D2 v\r\nma n M- v O7 k\r\nma zz q\r\nmn\r\n"},
 	{"ma errors", "ma n MX\r\nma n Jx\r\nma n Dx\r\nma n D-1\r\nms n 1\r\nx\r\nma n\r\n"},
 	{"me", "me a\r\nme " + strings.Repeat("a", 251) + "\r\n"},
+	{"me bad base64 keys", "me A b\r\nme QQ= b\r\nme ==== b\r\nme AAAAA b\r\nme YWJj b\r\n"},
 	{"md errors", "md k zz\r\nmd k Cx\r\nmd k Tx\r\nmd k b\r\nmd k q q\r\nmd k O12345678901234567890123456789012345\r\n"},
 	{"ma modes", "ma n N0 Mi v\r\nma n Md v\r\nma n zz\r\nma n q q\r\nma n Nx\r\nma n O12345678901234567890123456789012345\r\n"},
 	{"verbosity noreply", "verbosity noreply\r\nverbosity x noreply\r\n"},

@@ -87,9 +87,11 @@ func (c *Command) metaFail(reply []byte) *Error {
 	return e
 }
 
+// parseDebug reads me's flag: b, a base64 key, which memcached's me
+// refuses with its line error, not the other meta commands' key error.
 func (c *Command) parseDebug(tk *tokens) *Error {
-	if tk.n > 2 && string(tk.t[2]) == "b" {
-		return c.decodeKey()
+	if tk.n > 2 && string(tk.t[2]) == "b" && c.decodeKey() != nil {
+		return c.fail(ErrClient, replyBadFormat, false)
 	}
 	return nil
 }
