@@ -173,9 +173,11 @@ type Holder struct {
 
 	// Tick's own (due): pub when it last looked, and the gap between its
 	// wakes of this paused connection and the ticks left until the next;
-	// pub when Tick last let it go on without room (forceable).
+	// pub and the time when Tick last let it go on without room
+	// (forceable).
 	tickHeld, forcedHeld int64
 	tickGap, tickWait    int
+	forcedAt             time.Time
 }
 
 // Init ties h to its connection, named remote in the log.
@@ -483,13 +485,15 @@ const MaxWakeGap = 8
 // return memory to the OS after a peak.
 //
 // Without room, when the total has not fallen for ForceEvery, a tick lets
-// the smallest forceable paused connection go on, at most one every
-// ForceEvery: what paused connections hold in commands they have read can
-// drain only by running them, and when they held 3/4 of the budget
-// themselves nothing moved until the last resort closed them (40 clients
-// pipelining 1 MiB SET/GET pairs against 64 MiB lost a sixth of their
-// replies to resets). While one is forceable the node is not stuck, and
-// the last resort waits for the budget itself (lastResort).
+// one forceable paused connection go on, at most one every ForceEvery: the
+// one let go on longest ago (or never), the smallest of those. What paused
+// connections hold in commands they have read can drain only by running
+// them, and when they held 3/4 of the budget themselves nothing moved until
+// the last resort closed them (40 clients pipelining 1 MiB SET/GET pairs
+// against 64 MiB lost a sixth of their replies to resets). Taking turns,
+// small connections that refill at once cannot keep a large one waiting.
+// While one is forceable the node is not stuck, and the last resort waits
+// for the budget itself (lastResort).
 func (b *Budget) Tick(now time.Time, budget int64, all iter.Seq[*Holder]) {
 	total := b.held.Load()
 	room := budget*3/4 - total
@@ -498,8 +502,9 @@ func (b *Budget) Tick(now time.Time, budget int64, all iter.Seq[*Holder]) {
 	}
 	b.lastTotal = total
 	stuck := now.Sub(b.lastFall) >= ForceEvery && now.Sub(b.lastForced) >= ForceEvery
-	list := b.pausedHolders(room > 0 || stuck) // the order matters only when there is room to give
+	list := b.pausedHolders(room > 0 || stuck) // the order matters when there is room to give or a turn
 	moving := false                            // a paused connection can be let go on without room
+	var turn *Holder                           // the one that will be
 	for i, h := range list {
 		resumed := room > 0
 		if resumed {
@@ -507,16 +512,19 @@ func (b *Budget) Tick(now time.Time, budget int64, all iter.Seq[*Holder]) {
 			h.resume.Store(true)
 		} else if h.forceable() {
 			moving = true
-			if stuck {
-				resumed, stuck, b.lastForced = true, false, now
-				h.forcedHeld = h.pub.Load()
-				h.resume.Store(true)
+			if stuck && (turn == nil || h.forcedAt.Before(turn.forcedAt)) { // list is sorted: the smallest of equals
+				turn = h
 			}
 		}
 		if h.due() || resumed {
 			_ = h.conn.Wake(nil)
 		}
 		list[i] = nil
+	}
+	if turn != nil {
+		b.lastForced, turn.forcedAt, turn.forcedHeld = now, now, turn.pub.Load()
+		turn.resume.Store(true)
+		_ = turn.conn.Wake(nil)
 	}
 	b.lastResort(now, total, budget, moving, all)
 	b.logRefused(now, total, budget)

@@ -609,6 +609,44 @@ func TestLastResortFreesRoom(t *testing.T) {
 	}
 }
 
+// TestTickTakesTurns: without room, the paused connections are let go on
+// in turn, the one let go on longest ago first: a small one that refills
+// as soon as it runs does not keep a large one waiting.
+func TestTickTakesTurns(t *testing.T) {
+	lim := Limits{Budget: 1 << 20, ConnOutput: 1 << 30, ConnWaiting: 1 << 30, ConnBuffer: 1 << 30}
+	b := newTestBudget()
+	other, _ := newHolder("other")
+	b.Account(other, 800<<10, 0, 0, NotStalled, noPause)
+	small, _ := newHolder("small")
+	large, _ := newHolder("large")
+	b.Account(large, 900<<10, 0, 0, NotStalled, lim)
+	b.Account(small, 100<<10, 0, 0, NotStalled, lim)
+	b.Account(other, 0, 0, 0, NotStalled, noPause)
+	if !small.Paused() || !large.Paused() {
+		t.Fatal("the test needs both paused")
+	}
+	hs := all(small, large, other)
+	refill := func(h *Holder, held int) { // it ran and read as much again: paused again, holding another amount
+		b.Account(h, held, 0, 0, NotStalled, lim)
+		b.Account(other, 800<<10, 0, 0, NotStalled, noPause)
+		b.Account(h, held, 0, 0, NotStalled, lim)
+		b.Account(other, 0, 0, 0, NotStalled, noPause)
+		if !h.Paused() {
+			t.Fatalf("%s not paused again", h.remote)
+		}
+	}
+	t0 := time.Unix(100, 0)
+	b.Tick(t0, lim.Budget, hs)
+	want := []*Holder{small, large, small, large}
+	for i, w := range want {
+		b.Tick(t0.Add(time.Duration(i+1)*ForceEvery), lim.Budget, hs)
+		if !w.resume.Load() || small.resume.Load() && large.resume.Load() {
+			t.Fatalf("turn %d: resume small %v large %v, want %s", i, small.resume.Load(), large.resume.Load(), w.remote)
+		}
+		refill(w, 300<<10+(i+1)<<10)
+	}
+}
+
 // TestTickForcesNoneTwiceUnchanged: a paused connection let go on without
 // room that ran nothing (its commands wait for the throttle, say) is not
 // chosen again until what it holds changes, so the others get their turn;
