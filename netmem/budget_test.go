@@ -609,32 +609,46 @@ func TestLastResortFreesRoom(t *testing.T) {
 	}
 }
 
+// pausedPair is a budget of 1 MiB with two connections, x and y, paused for
+// memory while other put the node over it, holding first and second bytes
+// of commands; other holds nothing now (first must be over 224 KiB).
+func pausedPair(t *testing.T, first, second int) (b *Budget, lim Limits, other, x, y *Holder, fx, fy *fakeConn) {
+	t.Helper()
+	lim = Limits{Budget: 1 << 20, ConnOutput: 1 << 30, ConnWaiting: 1 << 30, ConnBuffer: 1 << 30}
+	b = newTestBudget()
+	other, _ = newHolder("other")
+	x, fx = newHolder("x")
+	y, fy = newHolder("y")
+	b.Account(other, 800<<10, 0, 0, NotStalled, noPause)
+	b.Account(x, first, 0, 0, NotStalled, lim)
+	b.Account(y, second, 0, 0, NotStalled, lim)
+	b.Account(other, 0, 0, 0, NotStalled, noPause)
+	if !x.Paused() || !y.Paused() {
+		t.Fatal("the test needs x and y paused")
+	}
+	return b, lim, other, x, y, fx, fy
+}
+
+// passAndPause is the pass of h, let go on, that ends holding held, and the
+// next, which pauses it again while other puts the node over the budget.
+func passAndPause(t *testing.T, b *Budget, h, other *Holder, held int, stall Stall, lim Limits) {
+	t.Helper()
+	b.Account(h, held, 0, 0, stall, lim)
+	b.Account(other, 800<<10, 0, 0, NotStalled, noPause)
+	b.Account(h, held, 0, 0, stall, lim)
+	b.Account(other, 0, 0, 0, NotStalled, noPause)
+	if !h.Paused() {
+		t.Fatalf("%s not paused again", h.remote)
+	}
+}
+
 // TestTickTakesTurns: without room, the paused connections are let go on
 // in turn, the one let go on longest ago first: a small one that refills
 // as soon as it runs does not keep a large one waiting.
 func TestTickTakesTurns(t *testing.T) {
-	lim := Limits{Budget: 1 << 20, ConnOutput: 1 << 30, ConnWaiting: 1 << 30, ConnBuffer: 1 << 30}
-	b := newTestBudget()
-	other, _ := newHolder("other")
-	b.Account(other, 800<<10, 0, 0, NotStalled, noPause)
-	small, _ := newHolder("small")
-	large, _ := newHolder("large")
-	b.Account(large, 900<<10, 0, 0, NotStalled, lim)
-	b.Account(small, 100<<10, 0, 0, NotStalled, lim)
-	b.Account(other, 0, 0, 0, NotStalled, noPause)
-	if !small.Paused() || !large.Paused() {
-		t.Fatal("the test needs both paused")
-	}
+	b, lim, other, large, small, _, _ := pausedPair(t, 900<<10, 100<<10)
+	large.remote, small.remote = "large", "small"
 	hs := all(small, large, other)
-	refill := func(h *Holder, held int) { // it ran and read as much again: paused again, holding another amount
-		b.Account(h, held, 0, 0, NotStalled, lim)
-		b.Account(other, 800<<10, 0, 0, NotStalled, noPause)
-		b.Account(h, held, 0, 0, NotStalled, lim)
-		b.Account(other, 0, 0, 0, NotStalled, noPause)
-		if !h.Paused() {
-			t.Fatalf("%s not paused again", h.remote)
-		}
-	}
 	t0 := time.Unix(100, 0)
 	b.Tick(t0, lim.Budget, hs)
 	want := []*Holder{small, large, small, large}
@@ -643,7 +657,7 @@ func TestTickTakesTurns(t *testing.T) {
 		if !w.resume.Load() || small.resume.Load() && large.resume.Load() {
 			t.Fatalf("turn %d: resume small %v large %v, want %s", i, small.resume.Load(), large.resume.Load(), w.remote)
 		}
-		refill(w, 300<<10+(i+1)<<10)
+		passAndPause(t, b, w, other, 300<<10+(i+1)<<10, NotStalled, lim) // it ran and read as much again
 	}
 }
 
@@ -655,28 +669,9 @@ func TestTickTakesTurns(t *testing.T) {
 // connections that were being served one at a time: the total stayed over
 // 3/4 of the budget for CloseGrace while it moved.)
 func TestTickForcesNoneTwiceUnchanged(t *testing.T) {
-	lim := Limits{Budget: 1 << 20, ConnOutput: 1 << 30, ConnWaiting: 1 << 30, ConnBuffer: 1 << 30}
-	b := newTestBudget()
-	other, _ := newHolder("other")
-	b.Account(other, 800<<10, 0, 0, NotStalled, noPause)
-	x, fx := newHolder("x")
-	y, fy := newHolder("y")
-	b.Account(x, 300<<10, 0, 0, NotStalled, lim)
-	b.Account(y, 500<<10, 0, 0, NotStalled, lim) // both paused: 1.1 and 1.6 MiB
-	b.Account(other, 0, 0, 0, NotStalled, noPause)
-	if !x.Paused() || !y.Paused() {
-		t.Fatal("the test needs x and y paused")
-	}
+	b, lim, other, x, y, fx, fy := pausedPair(t, 300<<10, 500<<10)
 	hs := all(x, y, other)
-	ranNothing := func(h *Holder, held int) { // its pass takes the resume, the next pauses it again
-		b.Account(h, held, 0, 0, Waiting, lim)
-		b.Account(other, 800<<10, 0, 0, NotStalled, noPause)
-		b.Account(h, held, 0, 0, Waiting, lim)
-		b.Account(other, 0, 0, 0, NotStalled, noPause)
-		if !h.Paused() {
-			t.Fatalf("%s not paused again", h.remote)
-		}
-	}
+	ranNothing := func(h *Holder, held int) { passAndPause(t, b, h, other, held, Waiting, lim) }
 	t0 := time.Unix(100, 0)
 	b.Tick(t0, lim.Budget, hs)
 	b.Tick(t0.Add(ForceEvery), lim.Budget, hs)
