@@ -119,10 +119,6 @@ type Catalog struct {
 	// etcd life (seedCluster).
 	legacyMember atomic.Bool
 	file         atomic.Pointer[File]
-	// fileOwed: seeding a new etcd life could not write the config file
-	// into it; TickCluster tries again (reseedFile), one try at a time
-	// (reseeding).
-	fileOwed, reseeding atomic.Bool
 	toSeed       []string         // guarded by mu: local buckets etcd lacked at the first join
 	incs         map[string]int64 // guarded by mu: cluster incarnations read or recorded (applyIncarnationLocked)
 	ticker       clusterTicker    // owned by TickCluster's goroutine
