@@ -173,11 +173,10 @@ type Holder struct {
 
 	// Tick's own (due): pub when it last looked, and the gap between its
 	// wakes of this paused connection and the ticks left until the next;
-	// pub and the time when Tick last let it go on without room
-	// (forceable).
-	tickHeld, forcedHeld int64
-	tickGap, tickWait    int
-	forcedAt             time.Time
+	// when Tick last let it go on without room (forceable).
+	tickHeld          int64
+	tickGap, tickWait int
+	forcedAt          time.Time
 }
 
 // Init ties h to its connection, named remote in the log.
@@ -522,7 +521,7 @@ func (b *Budget) Tick(now time.Time, budget int64, all iter.Seq[*Holder]) {
 		list[i] = nil
 	}
 	if turn != nil {
-		b.lastForced, turn.forcedAt, turn.forcedHeld = now, now, turn.pub.Load()
+		b.lastForced, turn.forcedAt = now, now
 		turn.resume.Store(true)
 		_ = turn.conn.Wake(nil)
 	}
@@ -532,15 +531,14 @@ func (b *Budget) Tick(now time.Time, budget int64, all iter.Seq[*Holder]) {
 }
 
 // forceable reports whether Tick may let h, paused, go on without room: it
-// holds PauseFloor or more, its client has read every reply (so what it
-// holds is commands it has read), and what it holds changed since Tick last
-// let it go on (one that ran nothing then, waiting for the throttle, say,
-// is not chosen again and again while others wait). Connections whose
-// clients read slowly hold replies or little else, so they wait for room;
-// those whose clients do not read are never chosen.
+// holds PauseFloor or more and its client has read every reply, so what it
+// holds is commands it has read. One whose pass ran nothing (its command
+// waits for the throttle, say) takes its turn again after the others: it
+// may run next time. Connections whose clients read slowly hold replies or
+// little else, so they wait for room; those whose clients do not read are
+// never chosen.
 func (h *Holder) forceable() bool {
-	held := h.pub.Load()
-	return held >= PauseFloor && held != h.forcedHeld && h.drained.Load()
+	return h.pub.Load() >= PauseFloor && h.drained.Load()
 }
 
 // due reports whether housekeeping wakes h, paused, in this tick, so that

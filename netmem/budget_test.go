@@ -644,58 +644,27 @@ func passAndPause(t *testing.T, b *Budget, h, other *Holder, held int, stall Sta
 
 // TestTickTakesTurns: without room, the paused connections are let go on
 // in turn, the one let go on longest ago first: a small one that refills
-// as soon as it runs does not keep a large one waiting.
+// as soon as it runs does not keep a large one waiting, and one whose pass
+// ran nothing (its command waited for the throttle) gets its turn again,
+// for the throttle may let it run then. (Excluding those until what they
+// held changed left readers waiting 5 s for the last resort: an audit's
+// readers of 1 MiB SETs on a throttled bucket beside non-readers.)
 func TestTickTakesTurns(t *testing.T) {
 	b, lim, other, large, small, _, _ := pausedPair(t, 900<<10, 100<<10)
 	large.remote, small.remote = "large", "small"
 	hs := all(small, large, other)
 	t0 := time.Unix(100, 0)
 	b.Tick(t0, lim.Budget, hs)
-	want := []*Holder{small, large, small, large}
+	want := []*Holder{small, large, small, large, small, large}
 	for i, w := range want {
 		b.Tick(t0.Add(time.Duration(i+1)*ForceEvery), lim.Budget, hs)
 		if !w.resume.Load() || small.resume.Load() && large.resume.Load() {
 			t.Fatalf("turn %d: resume small %v large %v, want %s", i, small.resume.Load(), large.resume.Load(), w.remote)
 		}
-		passAndPause(t, b, w, other, 300<<10+(i+1)<<10, NotStalled, lim) // it ran and read as much again
-	}
-}
-
-// TestTickForcesNoneTwiceUnchanged: a paused connection let go on without
-// room that ran nothing (its commands wait for the throttle, say) is not
-// chosen again until what it holds changes, so the others get their turn;
-// once none can be let go on, the node is stuck and the last resort acts.
-// (The CI's loaded runs of TestPausedConnectionsServeWhatTheyHold closed
-// connections that were being served one at a time: the total stayed over
-// 3/4 of the budget for CloseGrace while it moved.)
-func TestTickForcesNoneTwiceUnchanged(t *testing.T) {
-	b, lim, other, x, y, fx, fy := pausedPair(t, 300<<10, 500<<10)
-	hs := all(x, y, other)
-	ranNothing := func(h *Holder, held int) { passAndPause(t, b, h, other, held, Waiting, lim) }
-	t0 := time.Unix(100, 0)
-	b.Tick(t0, lim.Budget, hs)
-	b.Tick(t0.Add(ForceEvery), lim.Budget, hs)
-	if !x.resume.Load() || y.resume.Load() {
-		t.Fatalf("first: resume x %v y %v, want x", x.resume.Load(), y.resume.Load())
-	}
-	ranNothing(x, 300<<10)
-	b.Tick(t0.Add(2*ForceEvery), lim.Budget, hs)
-	if x.resume.Load() || !y.resume.Load() {
-		t.Fatalf("second: resume x %v y %v, want y", x.resume.Load(), y.resume.Load())
-	}
-	ranNothing(y, 500<<10)
-	for i := 3; i <= 3+int(CloseGrace/ForceEvery); i++ {
-		b.Tick(t0.Add(time.Duration(i)*ForceEvery), lim.Budget, hs)
-		if x.resume.Load() || y.resume.Load() {
-			t.Fatalf("tick %d: let one go that ran nothing (x %v y %v)", i, x.resume.Load(), y.resume.Load())
+		if i < 2 {
+			passAndPause(t, b, w, other, int(w.pub.Load())+50<<10, NotStalled, lim) // it ran and read more
+		} else {
+			passAndPause(t, b, w, other, int(w.pub.Load()), Waiting, lim) // it ran nothing
 		}
-	}
-	if fx.closes+fy.closes != 1 {
-		t.Fatalf("closes x %d y %d: want the last resort to close one", fx.closes, fy.closes)
-	}
-	ranNothing(x, 200<<10) // what it holds changed: it may go on again
-	b.Tick(t0.Add(100*ForceEvery), lim.Budget, hs)
-	if !x.resume.Load() {
-		t.Fatal("x holds something else now, and was not let go on")
 	}
 }
