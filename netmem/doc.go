@@ -49,13 +49,14 @@
 // [MaxWakeGap] ticks. It lets memory-paused connections go on,
 // those holding the least first, while the total stays under 3/4 of the
 // budget, and without room, when the total has not fallen for
-// [ForceEvery], the smallest one holding at least [PauseFloor] of commands
-// whose client has read every reply (they can drain only by running), one
-// at a time; as the last resort closes the connections holding the most, as
-// many as it takes to bring the total under 3/4 of the budget, when the
-// node has gone [CloseGrace] without room (over its budget, or over 3/4 of
-// it while connections are paused for memory and so cannot go on) or is
-// over twice its budget, at most once per [CloseEvery]; logs the frames Admit refused, at
+// [ForceEvery], one holding at least [PauseFloor] of commands whose client
+// has read every reply (they can drain only by running), one at a time and
+// in turn (the one let go on longest ago first); as the last resort closes
+// the connections holding the most, as many as it takes to bring the total
+// under 3/4 of the budget, when the node has gone [CloseGrace] without room
+// (over its budget, or over 3/4 of it while connections are paused for
+// memory and none can be let go on) or is over twice its budget, at most
+// once per [CloseEvery]; logs the frames Admit refused, at
 // most a line a second; and returns freed memory to the OS
 // once the connections hold a quarter of their peak or less (at least
 // [FreeOSMin] of peak, at most every [FreeOSEvery]).
@@ -83,7 +84,9 @@
 //   - An admitted frame counts at its full length in the total until it
 //     has arrived; Admit refuses a frame larger than SmallFrame that would
 //     take the total past the budget, so the admitted frames alone never
-//     pass it (up to one frame per event loop admitted at the same moment).
+//     pass it (up to one frame per event loop admitted at the same moment);
+//     and one group's (a bucket's) admitted frames stay within half of what
+//     the other groups' leave, so that no number of groups fills it.
 //
 // # Time and concurrency
 //
