@@ -1,10 +1,9 @@
 package config
 
 import (
-	"time"
-
 	"errors"
 	"fmt"
+	"time"
 
 	"kvd/tenant"
 )

@@ -161,10 +161,9 @@ type Holder struct {
 	interest uint8 // the read interest setReading last set (interest bits); 0 none yet
 	wrote    bool  // the connection gave gnet replies since the last Account (Wrote)
 
-	share   *Share        // the group its admitted frame counts in (Admit), nil if none
-	shared  int64         // what that frame counts there
-	frames  *atomic.Int64 // and in every group's total (Budget.frames)
-	refusal string        // why Admit last refused a frame
+	share   *Share // the group its admitted frame counts in (Admit), nil if none
+	shared  int64  // what that frame counts there (and in Budget.frames)
+	refusal string // why Admit last refused a frame
 
 	pub     atomic.Int64 // held, for housekeeping
 	drained atomic.Bool  // its client has every reply (nothing out), for housekeeping
@@ -316,10 +315,10 @@ func (b *Budget) Admit(h *Holder, frame int, budget int64, sh *Share) bool {
 			strconv.FormatInt(others, 10) + ": at most half of what the others leave of max_buffer_bytes=" +
 			strconv.FormatInt(budget, 10)
 	default:
-		h.FrameDone()
+		b.FrameDone(h)
 		sh.n.Add(f)
 		b.frames.Add(f)
-		h.share, h.shared, h.frames = sh, f, &b.frames
+		h.share, h.shared = sh, f
 		return true
 	}
 	h.refusal = "no room for a frame of " + strconv.Itoa(frame) + " bytes: " + why
@@ -332,11 +331,11 @@ func (h *Holder) Refusal() string { return h.refusal }
 
 // FrameDone ends what h's admitted frame counts in its group: it has
 // arrived, or was given up.
-func (h *Holder) FrameDone() {
+func (b *Budget) FrameDone(h *Holder) {
 	if h.share != nil {
 		h.share.n.Add(-h.shared)
-		h.frames.Add(-h.shared)
-		h.share, h.shared, h.frames = nil, 0, nil
+		b.frames.Add(-h.shared)
+		h.share, h.shared = nil, 0
 	}
 }
 
@@ -349,7 +348,7 @@ func (b *Budget) Over(h *Holder, held, budget int64) bool {
 
 // Forget takes a closing connection out of the node's figures.
 func (b *Budget) Forget(h *Holder) {
-	h.FrameDone()
+	b.FrameDone(h)
 	b.held.Add(-h.held)
 	h.held = 0
 	h.pub.Store(0)

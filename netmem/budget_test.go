@@ -249,8 +249,8 @@ func TestAdmitShare(t *testing.T) {
 	if b.Admit(h4, 2<<20, budget, &third) || !b.Admit(h4, 1<<20, budget, &third) {
 		t.Fatal("a third group: want 2 MiB refused, 1 MiB admitted")
 	}
-	h4.FrameDone()
-	h1.FrameDone()
+	b.FrameDone(h4)
+	b.FrameDone(h1)
 	if b.Admit(h2, 4<<20, budget, &mine) || !b.Admit(h2, 3<<20, budget, &mine) {
 		t.Fatal("after FrameDone the group has half of what the other leaves: want 4 MiB refused, 3 MiB admitted")
 	}
@@ -258,7 +258,7 @@ func TestAdmitShare(t *testing.T) {
 	if mine.n.Load() != 0 || theirs.n.Load() != 2<<20 || b.frames.Load() != 2<<20 {
 		t.Fatalf("shares %d and %d, total %d after Forget, want 0, 2 MiB, 2 MiB", mine.n.Load(), theirs.n.Load(), b.frames.Load())
 	}
-	h3.FrameDone()
+	b.FrameDone(h3)
 	// Connections in no group (nil) count together.
 	if !b.Admit(h1, 3<<20, budget, nil) || b.Admit(h2, 2<<20, budget, nil) {
 		t.Fatal("connections in no group: want the first 3 MiB frame admitted, the next 2 MiB refused")

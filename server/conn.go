@@ -414,7 +414,7 @@ func (c *conn) swallowBody() bool {
 func (c *conn) complete() {
 	c.partialSince.Store(0)
 	c.frame = 0
-	c.mem.FrameDone()
+	c.srv.flow.FrameDone(&c.mem)
 }
 
 // frameShare is where its admitted frames count: its bucket's, nil without (netmem.Budget.Admit).
