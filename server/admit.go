@@ -89,8 +89,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	return admitAnswered
 }
 
-// checkThrottle asks the bucket's throttle whether a throttled connection's
-// command may run now.
+// checkThrottle asks the bucket's throttle whether a throttled connection's command may run now.
 func (s *Server) checkThrottle(c *conn, req *mc.Request, now time.Time) verdict {
 	b, pending := c.bucket, command.PendingUnits(req, s.limits().WriteUnitSize)
 	// A refusal right after a second boundary that housekeeping has not

@@ -662,7 +662,7 @@ func (c *conn) cancelQueued() {
 // down", in order; it stops at a partial or undecodable frame.
 func (c *conn) refuseInput() {
 	c.leavePark()
-	if c.txt != nil {
+	if (c.proto != protoUnknown || c.detect()) && c.txt != nil { // detect: one accepted while stopping
 		c.refuseText()
 		return
 	}

@@ -52,6 +52,7 @@ type Server struct {
 	booted   chan struct{}
 	runErr   chan error
 	stopping atomic.Bool
+	lastOpen atomic.Int64  // UnixNano of the last OnOpen: drain waits for the accept queue
 	usersGen atomic.Uint64 // bumped by each reload; see Server.revoke in reload.go
 
 	conns      sync.Map // the open connections: *conn → struct{}
@@ -197,7 +198,7 @@ func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
 // OnOpen admits a connection within max_connections and selects the
 // anonymous bucket for it.
 func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
-	if s.currConns.Add(1) > int64(s.limits().MaxConnections) || s.stopping.Load() {
+	if s.currConns.Add(1) > int64(s.limits().MaxConnections) { // while stopping too: onShutdown answers it
 		s.currConns.Add(-1)
 		if ok, more := s.refusedLog.Allow(s.opts.Now()); ok {
 			s.log.Warn("connection refused", "remote", gc.RemoteAddr().String(),
@@ -206,6 +207,7 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		return []byte("ERROR Too many open connections\r\n"), gnet.Close // memcached's words
 	}
 	s.totalConns.Add(1)
+	s.lastOpen.Store(time.Now().UnixNano())
 	remote := ""
 	if a := gc.RemoteAddr(); a != nil {
 		remote = a.String()

@@ -18,7 +18,7 @@ const (
 	shutdownRead   = time.Second // at most this long a connection's socket is read for input sent before the signal (sendFIN)
 )
 
-// Shutdown stops accepting connections and drains the open ones (see
+// Shutdown drains the open connections, those accepted meanwhile too (see
 // drain): commands running on workers finish, parked and queued ones and
 // everything still in the input get 0x86 "shutting down", the replies are
 // flushed and each connection is half-closed, so a client sees every reply
@@ -53,17 +53,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // drain wakes every connection so that its loop answers what it holds (see
-// onShutdown), and waits until each has closed or sent its FIN,
-// shutdownGrace has passed or ctx is done.
+// onShutdown), and waits until each has closed or sent its FIN and none was
+// accepted for shutdownPoll, shutdownGrace has passed or ctx is done.
 func (s *Server) drain(ctx context.Context) {
 	grace := time.NewTimer(shutdownGrace)
 	defer grace.Stop()
 	poll := time.NewTicker(shutdownPoll)
 	defer poll.Stop()
-	for {
+	for start := time.Now(); ; {
 		left := s.wakeUnfinished()
-		if left == 0 {
-			return
+		if left == 0 && time.Since(time.Unix(0, max(start.UnixNano(), s.lastOpen.Load()))) >= shutdownPoll {
+			return // and none accepted for shutdownPoll: a client that connected before the signal may be next
 		}
 		select {
 		case <-grace.C:

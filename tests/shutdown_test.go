@@ -107,6 +107,51 @@ func TestShutdownAnswersBacklog(t *testing.T) {
 	checkAcked(t, k.Addr, acked)
 }
 
+// TestShutdownAnswersConnectionsAcceptedLate: clients that connect and send
+// before SIGTERM may be accepted by kvd only after it (the kernel completes
+// the handshake and buffers their bytes). kvd is stopped (SIGSTOP) while
+// they connect and write, then gets SIGTERM and SIGCONT: every command gets
+// its reply in its protocol, 0x86 or SERVER_ERROR "shutting down" or an
+// earlier success, and no connection is refused. (Such a connection used to
+// get memcached's text line "ERROR Too many open connections", even a
+// binary one: a CI run saw it as a bad magic 0x45.)
+func TestShutdownAnswersConnectionsAcceptedLate(t *testing.T) {
+	k := startKVD(t, throttleConfig(t, map[string]any{"anonymous_bucket": "late"}, bucketConfig("late", "unlimited", nil)))
+	if err := k.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var loads []*shutdownLoad
+	for i := range 8 {
+		l := &shutdownLoad{c: dialRaw(t, k.Addr)}
+		var stream []byte
+		for j := range 20 {
+			key := fmt.Sprintf("late-%d-%d", i, j)
+			l.keys, l.values = append(l.keys, key), append(l.values, key)
+			stream = mc.AppendRequest(stream, reqWith(mc.OpSet, uint32(j+1), mc.AppendSetExtras(nil, 0, 0), key, key))
+		}
+		l.c.write(stream)
+		loads = append(loads, l)
+	}
+	text := dialRaw(t, k.Addr)
+	text.write([]byte("set late-text 0 0 1\r\nx\r\n"))
+	_ = k.cmd.Process.Signal(syscall.SIGTERM)
+	_ = k.cmd.Process.Signal(syscall.SIGCONT)
+	var wg sync.WaitGroup
+	for _, l := range loads {
+		wg.Go(func() { l.data, l.closed = l.c.drainUntilClosed(15 * time.Second) })
+	}
+	textReply, _ := text.drainUntilClosed(15 * time.Second)
+	waitExit0(t, k)
+	wg.Wait()
+	acked, refused := checkShutdownReplies(t, loads)
+	if r := string(textReply); r != "STORED\r\n" && r != "SERVER_ERROR shutting down\r\n" {
+		t.Errorf("text connection: %q, want STORED or SERVER_ERROR shutting down", r)
+	}
+	t.Logf("%d SETs acknowledged, %d answered 0x86 shutting down; text %q", len(acked), refused, textReply)
+	k.start()
+	checkAcked(t, k.Addr, acked)
+}
+
 // startShutdownLoad logs in as tenant on bucket and writes a pipeline of n
 // SETs of size-byte values, opaques 1..n, in full.
 func startShutdownLoad(t *testing.T, addr, bucket, prefix string, n, size int) *shutdownLoad {
