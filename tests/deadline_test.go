@@ -322,10 +322,10 @@ func TestDeadlineExpiredInQueue(t *testing.T) {
 			return reqWith(mc.OpSet, uint32(i), mc.AppendSetExtras(nil, 0, 0), key, "v")
 		})
 		reason, took = xerrorContext(t, res), d
-		if !strings.Contains(reason, "cannot be met") || try == 5 {
+		if !strings.Contains(reason, "cannot be met") || try == 15 {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // a load spike passes (a CI run's six tries all fell within 1.5 s)
 	}
 	t.Logf("reason %q after %v", reason, took)
 	m := regexp.MustCompile(`^deadline passed after (\d+) ms in the queue of bucket default$`).FindStringSubmatch(reason)
