@@ -78,6 +78,7 @@ func (c *Catalog) Prepare(cmd Admin, name string, body []byte) (apply func(who s
 // served until then; a time that has passed changes nothing (the server
 // turns one after its start into 0, as memcached does).
 func (c *Catalog) Flush(b *Bucket, at, now uint32) error {
+	b.Counters.CmdFlush.Add(1)
 	var err error
 	if at == 0 {
 		err = b.Store().Flush()

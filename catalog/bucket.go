@@ -23,10 +23,18 @@ type Bucket struct {
 	Counters Counters
 }
 
-// Counters are the memcached figures STAT reports for a bucket.
+// Counters are the memcached figures STAT reports for a bucket, under
+// memcached's names and in its meaning: a hit found the item, a miss did
+// not; CAS figures are those of stores that carried a CAS (badval: the
+// item's CAS differed).
 type Counters struct {
 	CmdGet, CmdSet, GetHits, GetMisses atomic.Int64
 	CmdTouch, TouchHits, TouchMisses   atomic.Int64
+	CmdFlush                           atomic.Int64
+	DeleteHits, DeleteMisses           atomic.Int64
+	IncrHits, IncrMisses               atomic.Int64
+	DecrHits, DecrMisses               atomic.Int64
+	CasHits, CasMisses, CasBadval      atomic.Int64
 }
 
 // Name is the bucket's name.

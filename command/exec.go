@@ -3,6 +3,7 @@ package command
 import (
 	"errors"
 	"strconv"
+	"sync/atomic"
 
 	"kvd/catalog"
 	"kvd/engine"
@@ -65,11 +66,19 @@ func Exec(bk *catalog.Bucket, r *Request, now uint32) {
 		bk.Counters.CmdSet.Add(1)
 		flags, exp, _ := binary.SetExtras(r.Extras)
 		r.CAS, err = bk.Store().Store(storeMode(op, r.Hdr.CAS), r.Key, r.Value, flags, ExpiryAt(exp, now), r.Hdr.CAS, now)
+		if r.Hdr.CAS != 0 { // memcached's NREAD_CAS: text cas, a binary store with a CAS
+			count(err, &bk.Counters.CasHits, &bk.Counters.CasMisses, &bk.Counters.CasBadval)
+		}
 	case binary.OpAppend, binary.OpPrepend:
 		bk.Counters.CmdSet.Add(1)
 		r.CAS, r.Size, err = bk.Store().StoreN(storeMode(op, r.Hdr.CAS), r.Key, r.Value, 0, 0, r.Hdr.CAS, now)
 	case binary.OpDelete:
 		err = bk.Store().Delete(r.Key, r.Hdr.CAS, now)
+		var badval *atomic.Int64 // a CAS that differs: memcached counts md's as a miss
+		if r.Txt.MetaDelete() {
+			badval = &bk.Counters.DeleteMisses
+		}
+		count(err, &bk.Counters.DeleteHits, &bk.Counters.DeleteMisses, badval)
 	case binary.OpIncrement, binary.OpDecrement:
 		delta, initial, exp, _ := binary.ArithExtras(r.Extras)
 		var res engine.ArithResult
@@ -78,6 +87,13 @@ func Exec(bk *catalog.Bucket, r *Request, now uint32) {
 			Delta: delta, Initial: initial, Expiry: ExpiryAt(exp, now), Create: exp != NoCreate,
 			CAS: r.Hdr.CAS, Touch: touch, NewExpiry: ExpiryAt(ttl, now)}, now)
 		r.Num, r.CAS, r.Exp, r.Made = res.Value, res.CAS, res.Expiry, res.Created
+		hits, misses := &bk.Counters.IncrHits, &bk.Counters.IncrMisses
+		if op == binary.OpDecrement {
+			hits, misses = &bk.Counters.DecrHits, &bk.Counters.DecrMisses
+		}
+		if !res.Created { // memcached counts neither when it creates the item
+			count(err, hits, misses, nil)
+		}
 	case binary.OpTouch, binary.OpGAT, binary.OpGATK:
 		err = execRead(bk, r, now, true)
 	}
@@ -86,6 +102,20 @@ func Exec(bk *catalog.Bucket, r *Request, now uint32) {
 		return
 	}
 	r.Mut = op != binary.OpGet && op != binary.OpGetK
+}
+
+// count adds a command's outcome to memcached's figures: nil to hits,
+// engine.ErrNotFound to misses, engine.ErrExists to badval (nil: not
+// counted); any other error counts nowhere, as memcached's do not.
+func count(err error, hits, misses, badval *atomic.Int64) {
+	switch {
+	case err == nil:
+		hits.Add(1)
+	case errors.Is(err, engine.ErrNotFound):
+		misses.Add(1)
+	case badval != nil && errors.Is(err, engine.ErrExists):
+		badval.Add(1)
+	}
 }
 
 // execRead runs a GET, or with touch a TOUCH or GAT: it counts the command

@@ -86,6 +86,8 @@ type Front struct {
 	// list only the most active buckets (shown.go).
 	BucketLimit int
 	Buffers     Buffers
+	// Settings are STAT settings: name and value, in order.
+	Settings [][2]string
 }
 
 // Buffers are the network memory figures: bytes held in the connections'

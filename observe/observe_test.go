@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -175,14 +176,21 @@ func stats(group func(Emit)) string {
 	return sb.String()
 }
 
+// rusage hides the process's CPU times, which change from call to call.
+var rusage = regexp.MustCompile(`(rusage_(user|system))=[0-9]+\.[0-9]{6}\n`)
+
 // TestGeneral: the node's figures in memcached's order, then the selected
 // bucket's; none of a bucket when none is selected.
 func TestGeneral(t *testing.T) {
 	v, n := newView(t, "app")
-	node := "pid=42\nuptime=90\ntime=1700000090\nversion=kvd-test\nthreads=2\ncurr_connections=3\n" +
+	general := func(b *catalog.Bucket) string {
+		return rusage.ReplaceAllString(stats(func(e Emit) { v.General(b, e) }), "$1=T\n")
+	}
+	node := "pid=42\nuptime=90\ntime=1700000090\nversion=kvd-test\npointer_size=64\nrusage_user=T\n" +
+		"rusage_system=T\nthreads=2\ncurr_connections=3\n" +
 		"total_connections=7\nmax_connections=100\nbuffer_bytes=10\nmax_buffer_bytes=20\nconns_paused=1\n" +
 		"conn_pauses_memory=2\nconn_pauses_output=3\nconn_pauses_input=5\nconns_closed_memory=4\nframes_refused_memory=6\n"
-	if got := stats(func(e Emit) { v.General(nil, e) }); got != node {
+	if got := general(nil); got != node {
 		t.Errorf("no bucket selected:\n%s\nwant\n%s", got, node)
 	}
 	b := n.bucket(t, "app")
@@ -191,10 +199,31 @@ func TestGeneral(t *testing.T) {
 	}
 	b.Ext().(*fakeState).text.Store(2)
 	b.Counters.CmdGet.Add(4)
-	want := node + "bucket=app\ncmd_get=4\ncmd_set=0\nget_hits=0\nget_misses=0\ncmd_touch=0\ntouch_hits=0\n" +
-		"touch_misses=0\ncurr_items=0\ntext_commands=2\nbinary_commands=3\n"
-	if got := stats(func(e Emit) { v.General(b, e) }); got != want {
+	b.Counters.CasBadval.Add(1)
+	want := node + "bucket=app\ncmd_get=4\ncmd_set=0\ncmd_flush=0\ncmd_touch=0\nget_hits=0\nget_misses=0\n" +
+		"delete_misses=0\ndelete_hits=0\nincr_misses=0\nincr_hits=0\ndecr_misses=0\ndecr_hits=0\n" +
+		"cas_misses=0\ncas_hits=0\ncas_badval=1\ntouch_hits=0\ntouch_misses=0\n" +
+		"curr_items=0\ntext_commands=2\nbinary_commands=3\n"
+	if got := general(b); got != want {
 		t.Errorf("app selected:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestMemcachedGroups: settings are the front end's, in its order; the
+// slab allocator's groups say there are no slab classes.
+func TestMemcachedGroups(t *testing.T) {
+	v, n := newView(t, "app")
+	n.front.Settings = [][2]string{{"maxconns", "100"}, {"evictions", "off"}}
+	for group, want := range map[string]string{"settings": "maxconns=100\nevictions=off\n", "items": "",
+		"slabs": "active_slabs=0\ntotal_malloced=0\n", "sizes": "sizes_status=disabled\n"} {
+		got := stats(func(e Emit) {
+			if err := v.Stats(group, "", nil, nil, e, nil); err != nil {
+				t.Errorf("%s: %v", group, err)
+			}
+		})
+		if got != want {
+			t.Errorf("%s:\n%s\nwant\n%s", group, got, want)
+		}
 	}
 }
 

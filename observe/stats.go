@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 
 	"kvd/catalog"
 	"kvd/tenant"
@@ -23,7 +25,9 @@ func emitInt(emit Emit, name string, v int64) {
 // Stats emits the STAT group named group, with its argument arg, for a
 // connection that has bucket b selected (nil for none) and may read the
 // details of the buckets canSee accepts: "" (General), "bucket_details
-// [name]" (BucketDetails), "throttle", "ingress", and "cluster" (Cluster).
+// [name]" (BucketDetails), "throttle", "ingress", "cluster" (Cluster), and
+// memcached's "settings" (Front.Settings), "items", "slabs" and "sizes"
+// (noSlabs).
 // A JSON document goes to emitJSON, every other statistic to emit. A group
 // that refuses returns its error; an unknown one ErrUnknownGroup.
 func (v *View) Stats(group, arg string, b *catalog.Bucket, canSee func(string) bool, emit, emitJSON Emit) error {
@@ -36,6 +40,12 @@ func (v *View) Stats(group, arg string, b *catalog.Bucket, canSee func(string) b
 			return err
 		}
 		emitJSON(name, doc)
+	case "settings":
+		for _, kv := range v.node.Front().Settings {
+			emit(kv[0], []byte(kv[1]))
+		}
+	case "items", "slabs", "sizes":
+		noSlabs(group, emit)
 	case "throttle":
 		v.Throttle(emit)
 	case "ingress":
@@ -61,6 +71,12 @@ func (v *View) General(b *catalog.Bucket, emit Emit) {
 	emitInt(emit, "uptime", int64(f.Now.Sub(f.Started).Seconds()))
 	emitInt(emit, "time", f.Now.Unix())
 	emit("version", []byte(f.Version))
+	emitInt(emit, "pointer_size", strconv.IntSize)
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		emit("rusage_user", fmt.Appendf(nil, "%d.%06d", ru.Utime.Sec, ru.Utime.Usec))
+		emit("rusage_system", fmt.Appendf(nil, "%d.%06d", ru.Stime.Sec, ru.Stime.Usec))
+	}
 	emitInt(emit, "threads", int64(f.Threads))
 	emitInt(emit, "curr_connections", f.Conns)
 	emitInt(emit, "total_connections", f.TotalConns)
@@ -71,17 +87,40 @@ func (v *View) General(b *catalog.Bucket, emit Emit) {
 	}
 	n := &b.Counters
 	emit("bucket", []byte(b.Name()))
-	emitInt(emit, "cmd_get", n.CmdGet.Load())
-	emitInt(emit, "cmd_set", n.CmdSet.Load())
-	emitInt(emit, "get_hits", n.GetHits.Load())
-	emitInt(emit, "get_misses", n.GetMisses.Load())
-	emitInt(emit, "cmd_touch", n.CmdTouch.Load())
-	emitInt(emit, "touch_hits", n.TouchHits.Load())
-	emitInt(emit, "touch_misses", n.TouchMisses.Load())
+	for _, c := range []struct {
+		name string
+		n    *atomic.Int64
+	}{ // memcached's names, in its order
+		{"cmd_get", &n.CmdGet}, {"cmd_set", &n.CmdSet}, {"cmd_flush", &n.CmdFlush}, {"cmd_touch", &n.CmdTouch},
+		{"get_hits", &n.GetHits}, {"get_misses", &n.GetMisses},
+		{"delete_misses", &n.DeleteMisses}, {"delete_hits", &n.DeleteHits},
+		{"incr_misses", &n.IncrMisses}, {"incr_hits", &n.IncrHits},
+		{"decr_misses", &n.DecrMisses}, {"decr_hits", &n.DecrHits},
+		{"cas_misses", &n.CasMisses}, {"cas_hits", &n.CasHits}, {"cas_badval", &n.CasBadval},
+		{"touch_hits", &n.TouchHits}, {"touch_misses", &n.TouchMisses},
+	} {
+		emitInt(emit, c.name, c.n.Load())
+	}
 	emitInt(emit, "curr_items", b.Store().ItemCount())
 	txt := v.node.State(b).TextCommands
 	emitInt(emit, "text_commands", txt)
 	emitInt(emit, "binary_commands", b.Throttle().Stats().Commands-txt)
+}
+
+// noSlabs answers memcached's slab allocator groups: kvd has no slab
+// classes (items live in Pebble and its resident item cache), so "items"
+// lists none, "slabs" none active and no slab memory, and "sizes" is
+// disabled, as memcached's is by default. Monitoring agents that ask
+// every group (memcached_exporter, OpenTelemetry's memcached receiver)
+// then read the others.
+func noSlabs(group string, emit Emit) {
+	switch group {
+	case "slabs":
+		emitInt(emit, "active_slabs", 0)
+		emitInt(emit, "total_malloced", 0)
+	case "sizes":
+		emit("sizes_status", []byte("disabled"))
+	}
 }
 
 // bufferStats are the network memory figures.

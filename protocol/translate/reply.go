@@ -27,6 +27,10 @@ type Reply struct {
 // Text reports whether r belongs to a text command.
 func (r *Reply) Text() bool { return r.kind != text.KindNone }
 
+// MetaDelete reports whether r belongs to a meta delete (md), whose CAS
+// mismatch memcached counts as a delete miss (binary DELETE's as nothing).
+func (r *Reply) MetaDelete() bool { return r.kind == text.KindMetaDelete }
+
 // ArithExpiry is meta arithmetic's T flag, which binary's INCR and DECR
 // cannot carry: the expiry (as binary's extras give one) the item takes
 // when the arithmetic succeeds. false: the command has none.

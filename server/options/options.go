@@ -10,7 +10,9 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
+	"strconv"
 	"time"
 
 	"kvd/catalog"
@@ -296,4 +298,31 @@ func DeadlineSettings(set tenant.Settings) ingress.DeadlineSettings {
 // AdmissionLimits are the ingress limits of a bucket's settings.
 func AdmissionLimits(set tenant.Settings) ingress.BucketLimits {
 	return ingress.BucketLimits{MaxConcurrent: set.MaxConcurrent, MaxQueued: set.MaxQueued, QueueTimeout: set.QueueTimeout}
+}
+
+// StatSettings is STAT settings for o with the limits l in force: first the
+// settings memcached has too, under its names and in its order (memcached's
+// NULL for one not set), then kvd's own under their config file names.
+// maxbytes is the resident item cache: the memory items are kept in, in
+// front of Pebble, which never evicts a stored item for want of memory
+// (evictions off, as memcached's -M).
+func StatSettings(o *Options, l *Limits) [][2]string {
+	host, port, _ := net.SplitHostPort(o.Listen)
+	proto := "auto-negotiate"
+	if l.DisableText {
+		proto = "binary"
+	}
+	orNull := func(s string) string { return cmp.Or(s, "NULL") }
+	itoa, i64 := strconv.Itoa, func(n int64) string { return strconv.FormatInt(n, 10) }
+	return [][2]string{
+		{"maxbytes", i64(max(o.ItemCacheSize, 0))}, {"maxconns", itoa(l.MaxConnections)},
+		{"tcpport", port}, {"udpport", "0"}, {"inter", orNull(host)}, {"evictions", "off"},
+		{"num_threads", itoa(o.Loops)}, {"cas_enabled", "yes"}, {"binding_protocol", proto},
+		{"auth_enabled_sasl", "yes"}, {"item_size_max", itoa(o.MaxItemSize)}, {"flush_enabled", "yes"},
+		{"wal_sync", strconv.FormatBool(!o.DisableWALSync)}, {"anonymous_bucket", orNull(l.AnonymousBucket)},
+		{"max_connections_per_bucket", itoa(l.MaxConnectionsPerBucket)},
+		{"max_frame_size", itoa(o.MaxFrameSize)}, {"idle_timeout_ms", i64(l.IdleTimeout.Milliseconds())},
+		{"max_buffer_bytes", i64(l.MaxBufferBytes)}, {"item_cache_bytes", i64(o.ItemCacheSize)},
+		{"block_cache_bytes", i64(o.CacheSize)},
+	}
 }

@@ -108,6 +108,15 @@ check("stats text_commands counted", stats[b"text_commands"] > 0, True)
 details = c.stats("bucket_details", "default")
 check("stats bucket_details", b'"name":"default"' in details[b"default"], True)
 check("stats throttle", b"capacity" in c.stats("throttle"), True)
+check("stats delete_hits", stats[b"delete_hits"] > 0, True)
+check("stats rusage_user", stats[b"rusage_user"] >= 0, True)
+# memcached's other groups, which monitoring agents ask for at every scrape.
+settings = c.stats("settings")
+check("stats settings maxconns", settings[b"maxconns"] > 0, True)
+check("stats settings item_size_max", settings[b"item_size_max"], 1 << 20)
+check("stats settings cas_enabled", settings[b"cas_enabled"], b"yes")
+check("stats items", c.stats("items"), {})
+check("stats slabs", c.stats("slabs"), {b"active_slabs": 0, b"total_malloced": 0})
 
 # Values near the limit, and a refused one that leaves the connection usable.
 check("set 1 MiB", c.set("big", b"x" * (1 << 20), noreply=False), True)
