@@ -92,7 +92,8 @@ var commands = []*command{
 		name:     "stats",
 		synopsis: "[GROUP [ARG]]",
 		summary: "Print a STAT group as \"name value\" lines: none for the general statistics,\n" +
-			"\"throttle\", \"ingress\", \"bucket_details\", \"bucket_details NAME\" or \"cluster\".\n" +
+			"\"throttle\", \"ingress\", \"bucket_details\", \"bucket_details NAME\", \"cluster\",\n" +
+			"or memcached's \"settings\" (also \"items\", \"slabs\", \"sizes\": kvd has no slab classes).\n" +
 			"With --json, one object.",
 		example: "--user admin stats bucket_details app",
 		nargs:   [2]int{0, 2},
