@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/binary"
 	"fmt"
 	"regexp"
 	"strings"
@@ -50,6 +51,12 @@ func TestStatsCountersAsMemcached(t *testing.T) {
 	p.same("decr missing, no create", reqWith(mc.OpDecrement, 3, mc.AppendArithExtras(nil, 1, 0, 0xffffffff), "noc", ""))
 	p.same("delete with another CAS", withCAS(reqWith(mc.OpDelete, 4, nil, "ctr", ""), 1))
 	p.same("delete", reqWith(mc.OpDelete, 4, nil, "ctr", ""))
+	exp := binary.BigEndian.AppendUint32(nil, 100)
+	p.same("set t", setReq("t", "x"))
+	for _, op := range []mc.Opcode{mc.OpTouch, mc.OpGAT, mc.OpGATK} {
+		p.same(op.String()+" hit", reqWith(op, 6, exp, "t", ""))
+		p.same(op.String()+" miss", reqWith(op, 6, exp, "nope", ""))
+	}
 	p.same("flush", flushReq(0))
 	p.same("get after flush", reqWith(mc.OpGet, 5, nil, "b", ""))
 
