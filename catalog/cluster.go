@@ -170,9 +170,13 @@ type Cluster struct {
 	reconcileFault atomic.Pointer[func() error] // tests: fails ReconcileFile with what it returns
 }
 
+// joinRetry is the pause between a joining node's tries to read etcd.
+const joinRetry = 100 * time.Millisecond
+
 // openCluster connects to etcd, reads the whole catalog (calling a for
 // every bucket, the node settings and the users), and starts the watch
-// and the publisher. It fails if etcd does not answer within DialTimeout:
+// and the publisher. It fails if etcd does not answer within DialTimeout
+// (trying again after each request's RequestTimeout):
 // a node joins only with etcd reachable (once running, it rides out
 // outages). now is the caller's clock. Close releases everything.
 func openCluster(now time.Time, opts ClusterOptions, a applier) (*Cluster, error) {
@@ -201,6 +205,10 @@ func openCluster(now time.Time, opts ClusterOptions, a applier) (*Cluster, error
 	joining := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), opts.DialTimeout)
 	rev, err := c.catchUp(ctx)
+	for rev == 0 && err != nil && ctx.Err() == nil { // each try gives up after RequestTimeout
+		time.Sleep(joinRetry)
+		rev, err = c.catchUp(ctx)
+	}
 	cancel()
 	if err != nil {
 		cli.Close()

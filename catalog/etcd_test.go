@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"io"
 	"log/slog"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -676,4 +677,43 @@ func TestClusterFileEditsUndoneAndReAdded(t *testing.T) {
 	f4.ModTime = time.Now()
 	reconcile(n4, f4)
 	app("a legacy node's edit made while it was down", 6000)
+}
+
+// TestJoinWaitsDialTimeout: a node that starts while etcd does not answer
+// (here a listener that accepts and says nothing) keeps trying for
+// DialTimeout, past each request's RequestTimeout, then fails naming the
+// cluster.
+func TestJoinWaitsDialTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var held []net.Conn // open, never answered
+		defer func() {
+			for _, c := range held {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	start := time.Now()
+	_, err = openCluster(start, ClusterOptions{
+		Endpoints: []string{"http://" + ln.Addr().String()}, NodeName: "n", Address: "127.0.0.1:0", Cluster: "silent",
+		DialTimeout: 2500 * time.Millisecond, RequestTimeout: 500 * time.Millisecond, Logger: quietLogger(),
+	}, newFakeApplier())
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), `join cluster "silent"`) {
+		t.Fatalf("openCluster against a silent etcd: %v, want a join error", err)
+	}
+	if took < 2400*time.Millisecond || took > 5*time.Second {
+		t.Errorf("gave up after %v, want about DialTimeout (2.5 s), not RequestTimeout (0.5 s)", took)
+	}
 }

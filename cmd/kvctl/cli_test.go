@@ -40,6 +40,9 @@ func fakeKvd(t *testing.T) *clienttest.Server {
 		case "":
 			w.Stat("pid", "42")
 			w.Stat("version", "kvd-0.1.0")
+			w.Stat("rusage_user", "1.500000")
+			w.Stat("bucket", "2024") // a name that looks like a number
+			w.Stat("evictions", "off")
 		case "bucket_details app":
 			w.Stat("app", `{"name":"app","ru":3,"throttle_hard_limit":"unlimited"}`)
 		case "cluster":
@@ -83,7 +86,7 @@ func TestCommandsSendAndRender(t *testing.T) {
 			`bucket reports created with {"hard_limit":9,"deadline_ms":20,"max_queued":5}` + "\n"},
 		{[]string{"delete-bucket", "reports"}, binary.OpDeleteBucket, "reports", "", "bucket reports deleted\n"},
 		{[]string{"list-buckets"}, binary.OpListBuckets, "", "", "app\ndefault\nreports\n"},
-		{[]string{"stats"}, binary.OpStat, "", "", "pid 42\nversion kvd-0.1.0\n"},
+		{[]string{"stats"}, binary.OpStat, "", "", "pid 42\nversion kvd-0.1.0\nrusage_user 1.500000\nbucket 2024\nevictions off\n"},
 		{[]string{"stats", "bucket_details", "app"}, binary.OpStat, "bucket_details app", "",
 			`app {"name":"app","ru":3,"throttle_hard_limit":"unlimited"}` + "\n"},
 		{[]string{"cluster"}, binary.OpStat, "cluster", "", "node n1, etcd up, 1 live nodes\n" +
@@ -122,7 +125,7 @@ func TestJSONOutput(t *testing.T) {
 			`{"ok":true,"bucket":"r","settings":{"reserved":"unlimited"}}`},
 		{[]string{"delete-bucket", "r"}, `{"ok":true,"bucket":"r"}`},
 		{[]string{"list-buckets"}, `["app","default","reports"]`},
-		{[]string{"stats"}, `{"pid":"42","version":"kvd-0.1.0"}`},
+		{[]string{"stats"}, `{"pid":42,"version":"kvd-0.1.0","rusage_user":1.500000,"bucket":"2024","evictions":"off"}`},
 		{[]string{"stats", "bucket_details", "app"},
 			`{"app":{"name":"app","ru":3,"throttle_hard_limit":"unlimited"}}`},
 	} {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	"kvd/client"
@@ -51,22 +52,32 @@ func failure(stdout, stderr io.Writer, asJSON bool, what string, err error) int 
 
 // statsResult renders a STAT group: "name value" lines, and for --json one
 // object {name: value} in the server's order, where a value that is a JSON
-// object or array (bucket_details) is embedded as JSON and anything else
-// stays a string, as memcached sends it.
+// object or array (bucket_details) is embedded as JSON, a number is a
+// number (but the names namedStats hold, which may look like one), and
+// anything else stays a string, as memcached sends it.
 func statsResult(stats []client.Stat) *result {
 	lines := make([]string, len(stats))
 	obj := make(object, len(stats))
 	for i, st := range stats {
 		lines[i] = st.Name + " " + st.Value
-		obj[i] = member{st.Name, statValue(st.Value)}
+		obj[i] = member{st.Name, statValue(st.Name, st.Value)}
 	}
 	return &result{text: strings.Join(lines, "\n"), json: obj}
 }
 
-func statValue(v string) any {
+// namedStats are the statistics whose value is a name.
+var namedStats = map[string]bool{"bucket": true, "anonymous_bucket": true, "version": true, "inter": true}
+
+// jsonNumber is JSON's number grammar.
+var jsonNumber = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+
+func statValue(name, v string) any {
 	t := bytes.TrimSpace([]byte(v))
-	if len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(t) {
+	switch {
+	case len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(t):
 		return json.RawMessage(t)
+	case !namedStats[name] && jsonNumber.Match(t):
+		return json.Number(t)
 	}
 	return v
 }
