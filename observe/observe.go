@@ -86,8 +86,9 @@ type Front struct {
 	// list only the most active buckets (shown.go).
 	BucketLimit int
 	Buffers     Buffers
-	// Settings are STAT settings: name and value, in order.
-	Settings [][2]string
+	// Settings makes STAT settings: name and value, in order. Only that
+	// group calls it, so that other readers of Front do not build them.
+	Settings func() [][2]string
 }
 
 // Buffers are the network memory figures: bytes held in the connections'

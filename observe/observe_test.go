@@ -213,7 +213,7 @@ func TestGeneral(t *testing.T) {
 // slab allocator's groups say there are no slab classes.
 func TestMemcachedGroups(t *testing.T) {
 	v, n := newView(t, "app")
-	n.front.Settings = [][2]string{{"maxconns", "100"}, {"evictions", "off"}}
+	n.front.Settings = func() [][2]string { return [][2]string{{"maxconns", "100"}, {"evictions", "off"}} }
 	for group, want := range map[string]string{"settings": "maxconns=100\nevictions=off\n", "items": "",
 		"slabs": "active_slabs=0\ntotal_malloced=0\n", "sizes": "sizes_status=disabled\n"} {
 		got := stats(func(e Emit) {

@@ -41,7 +41,7 @@ func (v *View) Stats(group, arg string, b *catalog.Bucket, canSee func(string) b
 		}
 		emitJSON(name, doc)
 	case "settings":
-		for _, kv := range v.node.Front().Settings {
+		for _, kv := range v.node.Front().Settings() {
 			emit(kv[0], []byte(kv[1]))
 		}
 	case "items", "slabs", "sizes":

@@ -325,7 +325,7 @@ func (n node) Front() observe.Front {
 	return observe.Front{
 		Now: s.opts.Now(), Started: s.started, PID: s.pid, Version: version.Kvd, Threads: s.opts.Loops,
 		Conns: s.currConns.Load(), TotalConns: s.totalConns.Load(), MaxConns: lim.MaxConnections,
-		BucketLimit: lim.MetricsBucketLimit, Settings: options.StatSettings(&s.opts, lim),
+		BucketLimit: lim.MetricsBucketLimit, Settings: func() [][2]string { return options.StatSettings(&s.opts, lim) },
 		Buffers: observe.Buffers{Held: f.Held, Limit: lim.MaxBufferBytes, Paused: int64(f.Paused),
 			MemoryPauses: f.MemPauses, OutputPauses: f.OutPauses, InputPauses: f.InPauses, Closed: f.Closed,
 			Refused: f.Refused},
