@@ -588,11 +588,15 @@ func (c *conn) close() {
 // protocolError answers an undecodable frame with 0x04 when its header can
 // be echoed, then closes the connection.
 func (c *conn) protocolError(req *binary.Request, have int, err error) gnet.Action {
+	reason := err.Error()
+	if c.srv.limits().DisableText && errors.Is(err, binary.ErrBadMagic) { // a text client, likely
+		reason += " (text_protocol is false: this node speaks the binary protocol only)"
+	}
 	if ok, more := c.srv.closedLog.Allow(c.now); ok {
-		c.srv.log.Info("closing connection", "remote", c.remote, "reason", err.Error(), "more_not_logged", more)
+		c.srv.log.Info("closing connection", "remote", c.remote, "reason", reason, "more_not_logged", more)
 	}
 	if have >= binary.HeaderLen {
-		c.replyError(req, binary.StatusInvalidArguments, err.Error())
+		c.replyError(req, binary.StatusInvalidArguments, reason)
 	}
 	c.quitting = true
 	return gnet.None

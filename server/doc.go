@@ -1,10 +1,8 @@
-// Package server is kvd's network front end: the gnet event loops, the
-// per-connection state, admission, and the control commands. What a data
-// command is and how its reply is encoded is package command's; running
-// batches off the loops and group commit is package work's; the buckets and
-// their durable settings are package catalog's; the STAT groups and
-// /metrics are package observe's. The server wires them and persists
-// nothing itself.
+// Package server is kvd's network front end: the gnet event loops, the per-connection state,
+// admission, and the control commands. What a data command is and how its reply is encoded is
+// package command's; running batches off the loops and group commit is package work's; the
+// buckets and their durable settings are package catalog's; the STAT groups and /metrics are
+// package observe's. The server wires them and persists nothing itself.
 //
 // # Path of a command, file by file
 //
@@ -33,33 +31,29 @@
 //  4. conn.go again: the loop appends the batch's replies to the pass's
 //     output and writes everything with one write.
 //
-// A resident GET: conn.go (onTraffic, serve, handle, runData, precheck) →
-// admit.go (admit, checkThrottle, checkDeadline, runOrCollect,
-// serveResident: engine Peek, command.Encoder.Metered) → conn.go (one
-// write). A synced SET: conn.go → admit.go (admit, collectReq) → conn.go
-// (dispatch, startJob) → work (Pool.Submit, run, exec: command.Exec,
-// Server.meter; deferSync: tickets back, engine.GroupSync.Add; Batch.Synced
-// after the fsync: ack, command.Encoder.Result) → conn.go (Finish, then
-// collectDone and the write on the loop).
+// A resident GET: conn.go (onTraffic, serve, handle, runData, precheck) → admit.go (admit,
+// checkThrottle, checkDeadline, runOrCollect, serveResident: engine Peek,
+// command.Encoder.Metered) → conn.go (one write). A synced SET: conn.go → admit.go (admit,
+// collectReq) → conn.go (dispatch, startJob) → work (Pool.Submit, run, exec: command.Exec,
+// Server.meter; deferSync: tickets back, engine.GroupSync.Add; Batch.Synced after the fsync:
+// ack, command.Encoder.Result) → conn.go (Finish, then collectDone and the write on the loop).
 //
-// Text and meta (conn_text.go): the first byte of a connection chooses
-// binary or text (detect). A text command is decoded by a
-// translate.Session, whose steps are carried out here: Run a binary request
-// through the path above (its reply is turned back into text by
+// Text and meta (conn_text.go): the first byte of a connection chooses binary or text (detect).
+// A text command is decoded by a translate.Session, whose steps are carried out here: Run a
+// binary request through the path above (its reply is turned back into text by
 // command.Encoder), Answer a line, Control (control.go), Close.
 //
-// control.go answers HELLO, SASL (verified on tenant.LoginGate's pool),
-// SELECT_BUCKET, STAT, FLUSH and the admin commands (decoded by
-// catalog.Prepare, applied on a worker), and applies a config reload to
-// each connection (revalidate). reply.go encodes the loop's own replies.
-// server.go wires gnet and the housekeeping goroutine (throttle ticks,
-// cluster shares, the prober, the idle sweep, the network memory budget);
-// reload.go applies a reloaded config; shutdown.go drains the connections.
+// control.go answers HELLO, SASL (verified on tenant.LoginGate's pool), SELECT_BUCKET, STAT,
+// FLUSH and the admin commands (decoded by catalog.Prepare, applied on a worker), and applies a
+// config reload to each connection (revalidate). reply.go encodes the loop's own replies.
+// server.go wires gnet and the housekeeping goroutine (throttle ticks, cluster shares, the
+// prober, the idle sweep, the network memory budget); reload.go applies a reloaded config;
+// shutdown.go drains the connections.
 //
-// Beside every command, the connection records its end-to-end, parked and
-// queued time after the pass's write (latency.Log), and reports what it
-// holds in unread input and unsent replies to the node's network memory
-// budget (conn.account, package netmem), which pauses the largest holders.
+// Beside every command, the connection records its end-to-end, parked and queued time after the
+// pass's write (latency.Log), and reports what it holds in unread input and unsent replies to
+// the node's network memory budget (conn.account, package netmem), which pauses the largest
+// holders.
 //
 // # Invariants
 //
@@ -75,7 +69,7 @@
 //   - With wal_sync on, a mutation is acknowledged only after the fsync
 //     that covers it.
 //
-// The loop's view of its gnet.Conn is the small netConn interface, so that
-// admission order, parking and reply order are tested inside the package
-// with a fake connection and a fake clock (loop_test.go).
+// The loop's view of its gnet.Conn is the small netConn interface, so that admission order,
+// parking and reply order are tested inside the package with a fake connection and a fake clock
+// (loop_test.go).
 package server

@@ -324,6 +324,9 @@ func TestTextProtocolOff(t *testing.T) {
 	if !c.closedByPeer(3 * time.Second) {
 		t.Error("text_protocol false: a text connection stayed open")
 	}
+	waitFor(t, 5*time.Second, "a log line naming text_protocol as the reason", func() bool {
+		return strings.Contains(k.Log(), "text_protocol is false") // the log comes through a pipe
+	})
 	b := dialRaw(t, k.Addr)
 	if res := b.call(set("k", "v")); res.Status != mc.StatusOK {
 		t.Errorf("binary SET with text off: %v", res.Status)
