@@ -75,7 +75,7 @@ type conn struct {
 	scratch   *scratch           // its event loop's buffers, which out and peek are during a pass
 	inflight  *work.Batch        // batch executing off the loop, nil when none
 	handedOff bool               // inflight went to a worker this pass (runInline)
-	queued    bool               // inflight went to wait for an ingress ticket (stall)
+	queued    bool               // inflight waits for an ingress ticket or its turn at the login gate (stall)
 	collect   *work.Batch        // batch being assembled in this pass
 	quitting  bool               // QUIT seen: close after flushing
 	proto     uint8              // protoUnknown until the first byte, then protoBinary or protoText
@@ -332,7 +332,7 @@ func (c *conn) account() gnet.Action {
 func (c *conn) stall() netmem.Stall {
 	switch {
 	case c.queued || !c.parkedSince.IsZero():
-		return netmem.Waiting // for a ticket or the throttle
+		return netmem.Waiting // for a ticket, a login's turn or the throttle
 	case c.inflight != nil || c.stopped || c.quitting:
 		return netmem.Busy // for a batch, an output stop or QUIT
 	}

@@ -93,10 +93,8 @@ func (c *conn) saslAuth(req *mc.Request) {
 // failure anonymous) applies on the loop when b is collected.
 func (c *conn) startLogin(b *work.Batch, name string, password []byte, anyBucket bool, answer func(err error)) {
 	c.inflight = b
-	c.srv.logins.Submit(c.remote, func() bool {
-		if c.box.Gone() {
-			return true // nothing was tried: no failure to count
-		}
+	// A login that waits its turn waits as for a ticket (stall): its client's leaving is seen.
+	c.queued = c.srv.logins.Submit(c.remote, c.box.Gone, func() bool {
 		gen := c.srv.usersGen.Load() // the users this login is checked against
 		user, err := c.srv.users.Authenticate(name, password)
 		if err != nil {

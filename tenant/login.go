@@ -19,7 +19,12 @@ import (
 //   - after a failure, that address's next attempt waits loginDelay(fails):
 //     it doubles from loginDelayBase up to loginDelayMax; the failure count
 //     is forgotten after loginForget without a failure. The wait is a
-//     timer, never a sleep: the attempt simply starts later.
+//     timer, never a sleep: the attempt simply starts later;
+//   - an attempt whose client has gone (its gone reports true) is dropped
+//     unverified whenever the address is scheduled: it takes no turn and no
+//     wait, and counts as no failure, so a flood of attempts abandoned by
+//     their clients neither holds their connections nor delays the
+//     address's next live attempt.
 const (
 	loginDelayBase = 50 * time.Millisecond
 	loginDelayMax  = 5 * time.Second
@@ -77,6 +82,7 @@ type LoginGate struct {
 // loginAttempt is one queued attempt: verify reports success, done hands
 // the answer back.
 type loginAttempt struct {
+	gone   func() bool
 	verify func() bool
 	done   func()
 }
@@ -102,8 +108,11 @@ func NewLoginGate(opts LoginOptions) *LoginGate {
 // as an address of its own). When the address's earlier attempts are done
 // and its wait has passed, verify runs on the gate's pool and reports
 // whether the credentials were right; done runs after the outcome has
-// been counted.
-func (g *LoginGate) Submit(remote string, verify func() bool, done func()) {
+// been counted. gone reports that the attempt's client has left: the
+// attempt is then dropped unverified (done still runs). waits reports that
+// the attempt did not start at once: it is queued behind the address's
+// other attempts or its wait after a failure.
+func (g *LoginGate) Submit(remote string, gone, verify func() bool, done func()) (waits bool) {
 	ip, _, err := net.SplitHostPort(remote)
 	if err != nil {
 		ip = remote
@@ -118,13 +127,15 @@ func (g *LoginGate) Submit(remote string, verify func() bool, done func()) {
 		a = &loginAddr{}
 		g.addrs[ip] = a
 	}
-	a.queue = append(a.queue, loginAttempt{verify, done})
+	a.queue = append(a.queue, loginAttempt{gone, verify, done})
 	g.scheduleLocked(a)
+	return len(a.queue) > 0 // only the head leaves per schedule: ours, the last, left only if it was the head
 }
 
 // scheduleLocked starts the address's next attempt when it may start, or
 // sets a timer for when it may.
 func (g *LoginGate) scheduleLocked(a *loginAddr) {
+	a.dropGone()
 	if a.busy || len(a.queue) == 0 {
 		return
 	}
@@ -164,15 +175,34 @@ func (g *LoginGate) Drain() {
 // hands the answer back.
 func (g *LoginGate) verify(a *loginAddr, at loginAttempt) {
 	g.sem <- struct{}{}
-	ok := at.verify()
+	tried := !at.gone() // it may have left while it waited for the pool
+	ok := tried && at.verify()
 	<-g.sem
 	now := g.now()
 	g.mu.Lock()
-	a.record(ok, now)
+	if tried {
+		a.record(ok, now)
+	}
 	a.busy = false
 	g.scheduleLocked(a)
 	g.mu.Unlock()
 	at.done()
+}
+
+// dropGone takes the attempts whose client has gone out of the queue and
+// answers them (done, on a goroutine of their own: never under the gate's
+// lock).
+func (a *loginAddr) dropGone() {
+	q := a.queue[:0]
+	for _, at := range a.queue {
+		if at.gone() {
+			go at.done()
+			continue
+		}
+		q = append(q, at)
+	}
+	clear(a.queue[len(q):])
+	a.queue = q
 }
 
 // pruneLocked drops the idle addresses whose failures are forgotten.

@@ -3,6 +3,7 @@ package tenant
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -71,11 +72,13 @@ type attempt struct {
 	started chan struct{}
 	finish  chan bool // the outcome
 	done    chan struct{}
+	gone    atomic.Bool // its client has left
+	waits   bool        // Submit's answer
 }
 
 func submit(g *LoginGate, remote string) *attempt {
 	a := &attempt{started: make(chan struct{}), finish: make(chan bool), done: make(chan struct{})}
-	g.Submit(remote, func() bool { close(a.started); return <-a.finish }, func() { close(a.done) })
+	a.waits = g.Submit(remote, a.gone.Load, func() bool { close(a.started); return <-a.finish }, func() { close(a.done) })
 	return a
 }
 
@@ -201,6 +204,42 @@ func TestLoginGateDelayAfterFailure(t *testing.T) {
 	wait(t, a2.done, "second answer")
 }
 
+// TestLoginGateDropsGone: an attempt whose client left while it waited is
+// answered unverified and dropped; it takes no turn and counts no failure,
+// and the live attempt behind it starts as soon as the delay has passed.
+func TestLoginGateDropsGone(t *testing.T) {
+	clk, g := gateAfterFailure(t)
+	a2 := submit(g, "10.0.0.1:1001")
+	a3 := submit(g, "10.0.0.1:1002")
+	if !a2.waits || !a3.waits {
+		t.Fatalf("Submit after a failure: waits %v, %v; want true, true", a2.waits, a3.waits)
+	}
+	a2.gone.Store(true)
+	wait(t, a2.done, "the answer to the attempt whose client left") // at the timer's next schedule
+	select {
+	case <-a2.started:
+		t.Fatal("an attempt whose client left was verified")
+	default:
+	}
+	notYet(t, a3.started, "the live attempt, the clock standing still")
+	clk.add(loginDelayBase)
+	wait(t, a3.started, "the live attempt once the delay passed")
+	a3.finish <- false
+	wait(t, a3.done, "the live attempt's answer")
+	g.mu.Lock()
+	fails := g.addrs["10.0.0.1"].fails
+	g.mu.Unlock()
+	if fails != 2 {
+		t.Fatalf("%d failures recorded, want 2: the attempt whose client left counts none", fails)
+	}
+	if a4 := submit(g, "10.0.0.9:1"); a4.waits {
+		t.Fatal("Submit from a new address: waits true, want false")
+	} else {
+		wait(t, a4.started, "the new address's attempt")
+		a4.finish <- true
+	}
+}
+
 // TestLoginGateDrain: after Drain an attempt waiting out a failure's delay
 // starts at once, and so does the next, the clock standing still.
 func TestLoginGateDrain(t *testing.T) {
@@ -226,12 +265,12 @@ func TestLoginGatePrune(t *testing.T) {
 	for i := range loginPrune {
 		wg.Add(1)
 		ok := i%2 == 0
-		g.Submit(fmt.Sprintf("10.%d.%d.1:1", i>>8, i&255), func() bool { return ok }, wg.Done)
+		g.Submit(fmt.Sprintf("10.%d.%d.1:1", i>>8, i&255), func() bool { return false }, func() bool { return ok }, wg.Done)
 	}
 	wg.Wait()
 	clk.add(loginForget / 2)
 	wg.Add(1) // the 4097th address: the successes' records go, the failures' stay
-	g.Submit("192.0.2.1:1", func() bool { return false }, wg.Done)
+	g.Submit("192.0.2.1:1", func() bool { return false }, func() bool { return false }, wg.Done)
 	wg.Wait()
 	g.mu.Lock()
 	n := len(g.addrs)

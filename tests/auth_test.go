@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,6 +175,50 @@ func TestSASLFloodKeepsDataLatency(t *testing.T) {
 	t.Logf("genuine argon2id login during the flood: %v", genuine)
 	if genuine > 10*time.Second {
 		t.Errorf("genuine login took %v during the flood, want < 10 s (a hash or two)", genuine)
+	}
+}
+
+// TestSASLLeaversLetGo: clients that send a wrong password and leave before
+// their paced attempt's turn free their connections at once (kvd reads a
+// connection whose login waits, so it sees the FIN), and their attempts take
+// no turn: a genuine login from the same address is answered within one
+// pacing delay (5 s at most), not after every leaver's turn. Before, 40 such
+// leavers held their connections in CLOSE-WAIT for minutes, one released every
+// 5 s, with the genuine login queued behind them (a soak audit's finding).
+func TestSASLLeaversLetGo(t *testing.T) {
+	k := startKVD(t, throttleConfig(t, nil, bucketConfig("app", nil, nil)))
+	admin := dialFrom(t, "127.0.0.6", k.Addr)
+	admin.auth("admin", "admin-pw")
+	conns := func() int64 {
+		admin.send(statReq(""))
+		v := int64(-1)
+		for res := admin.recv(); len(res.Key) > 0; res = admin.recv() {
+			if string(res.Key) == "curr_connections" {
+				v, _ = strconv.ParseInt(string(res.Value), 10, 64)
+			}
+		}
+		return v
+	}
+	base := conns()
+	const leavers = 40
+	for range leavers {
+		c := dialFrom(t, "127.0.0.5", k.Addr)
+		c.send(saslReq("alice", "wrong"))
+		time.Sleep(20 * time.Millisecond)
+		_ = c.nc.Close() // without reading: most never got their turn
+	}
+	start := time.Now()
+	waitFor(t, 5*time.Second, "the leavers' connections closed", func() bool { return conns() <= base })
+	t.Logf("%d leavers' connections gone %v after the last left (curr_connections %d)", leavers, time.Since(start), conns())
+	c := dialFrom(t, "127.0.0.5", k.Addr)
+	start = time.Now()
+	res, err := c.tryRecvAfter(saslReq("alice", "alice-pw"), 15*time.Second)
+	if err != nil || res.Status != mc.StatusOK {
+		t.Fatalf("genuine login from the leavers' address: %v, %+v", err, res)
+	}
+	t.Logf("genuine login from the leavers' address answered in %v", time.Since(start))
+	if d := time.Since(start); d > 6*time.Second {
+		t.Errorf("genuine login took %v: it waited behind the leavers' turns (want one pacing delay, at most 5 s)", d)
 	}
 }
 
