@@ -110,8 +110,9 @@ func NewLoginGate(opts LoginOptions) *LoginGate {
 // whether the credentials were right; done runs after the outcome has
 // been counted. gone reports that the attempt's client has left: the
 // attempt is then dropped unverified (done still runs). waits reports that
-// the attempt did not start at once: it is queued behind the address's
-// other attempts or its wait after a failure.
+// the attempt will not be verified at once: it is queued behind the
+// address's other attempts or its wait after a failure, or the pool is busy
+// (a hint: the pool may free up before the attempt takes its place).
 func (g *LoginGate) Submit(remote string, gone, verify func() bool, done func()) (waits bool) {
 	ip, _, err := net.SplitHostPort(remote)
 	if err != nil {
@@ -129,7 +130,8 @@ func (g *LoginGate) Submit(remote string, gone, verify func() bool, done func())
 	}
 	a.queue = append(a.queue, loginAttempt{gone, verify, done})
 	g.scheduleLocked(a)
-	return len(a.queue) > 0 // only the head leaves per schedule: ours, the last, left only if it was the head
+	// Only the head leaves per schedule: ours, the last, left only if it was the head.
+	return len(a.queue) > 0 || len(g.sem) == cap(g.sem)
 }
 
 // scheduleLocked starts the address's next attempt when it may start, or

@@ -233,10 +233,16 @@ func TestLoginGateDropsGone(t *testing.T) {
 		t.Fatalf("%d failures recorded, want 2: the attempt whose client left counts none", fails)
 	}
 	if a4 := submit(g, "10.0.0.9:1"); a4.waits {
-		t.Fatal("Submit from a new address: waits true, want false")
+		t.Fatal("Submit from a new address, the pool free: waits true, want false")
 	} else {
 		wait(t, a4.started, "the new address's attempt")
-		a4.finish <- true
+		if a5 := submit(g, "10.0.0.10:1"); !a5.waits { // the one worker verifies a4
+			t.Fatal("Submit from another new address, the pool busy: waits false, want true")
+		} else {
+			a4.finish <- true
+			wait(t, a5.started, "the attempt that waited for the pool")
+			a5.finish <- true
+		}
 	}
 }
 
