@@ -57,12 +57,23 @@ func (tc *testCluster) args(n *clusterNode) []string {
 func (tc *testCluster) restart(n *clusterNode) { n.start(tc.args(n)...) }
 
 // wantMetric fails unless node n exports the sample series (name and
-// labels as /metrics prints them) with a value in [lo, hi].
+// labels as /metrics prints them) with a value in [lo, hi] within 5 s.
 func (tc *testCluster) wantMetric(t *testing.T, n *clusterNode, series string, lo, hi float64) {
 	t.Helper()
-	v, err := scrapeMetric(n.metrics, series)
-	if err != nil || v < lo || v > hi {
-		t.Errorf("%s: %s = %v (%v), want %v..%v", n.name, series, v, err, lo, hi)
+	// Shares and usage follow the demand once a second: one reading can
+	// catch a step on its way (a node starved of CPU for a moment reports
+	// less), so the series has 5 s to be in range.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, err := scrapeMetric(n.metrics, series)
+		if err == nil && v >= lo && v <= hi {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s: %s = %v (%v) for 5 s, want %v..%v", n.name, series, v, err, lo, hi)
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 
