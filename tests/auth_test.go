@@ -92,6 +92,17 @@ func saslReq(user, password string) *mc.Request {
 		Value: []byte("\x00" + user + "\x00" + password)}
 }
 
+// vaultConfig is throttleConfig's with bucket app and a user vault
+// (password vault-pw) whose password is an argon2id hash.
+func vaultConfig(t *testing.T) string {
+	hash, err := tenant.HashPassword("vault-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := throttleConfig(t, nil, bucketConfig("app", nil, nil))
+	return strings.Replace(cfg, `"users":[`, `"users":[{"name":"vault","password_hash":"`+hash+`","buckets":["app"]},`, 1)
+}
+
 // TestSASLFloodKeepsDataLatency floods kvd with wrong passwords for an
 // argon2id user from 64 connections of one address (127.0.0.1) while an
 // authenticated tenant on another address (127.0.0.2) sends GETs one at a
@@ -101,13 +112,7 @@ func saslReq(user, password string) *mc.Request {
 // logged, with the p99 before the flood), and the genuine login must
 // succeed within 10 s (a hash takes 0.4–4 s on the shared 2-core box).
 func TestSASLFloodKeepsDataLatency(t *testing.T) {
-	hash, err := tenant.HashPassword("vault-pw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := throttleConfig(t, nil, bucketConfig("app", nil, nil))
-	cfg = strings.Replace(cfg, `"users":[`, `"users":[{"name":"vault","password_hash":"`+hash+`","buckets":["app"]},`, 1)
-	k := startKVD(t, cfg)
+	k := startKVD(t, vaultConfig(t))
 	tenantConn := dialFrom(t, "127.0.0.2", k.Addr)
 	tenantConn.auth("alice", "alice-pw")
 	tenantConn.selectBucket("app")
@@ -187,13 +192,7 @@ func TestSASLFloodKeepsDataLatency(t *testing.T) {
 // leavers held their connections in CLOSE-WAIT for minutes, one released every
 // 5 s, with the genuine login queued behind them (a soak audit's finding).
 func TestSASLLeaversLetGo(t *testing.T) {
-	hash, err := tenant.HashPassword("vault-pw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := throttleConfig(t, nil, bucketConfig("app", nil, nil))
-	cfg = strings.Replace(cfg, `"users":[`, `"users":[{"name":"vault","password_hash":"`+hash+`","buckets":["app"]},`, 1)
-	k := startKVD(t, cfg)
+	k := startKVD(t, vaultConfig(t))
 	admin := dialFrom(t, "127.0.0.6", k.Addr)
 	admin.auth("admin", "admin-pw")
 	conns := func() int64 {
