@@ -3,6 +3,7 @@ package tenant
 import (
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 )
@@ -195,16 +196,13 @@ func (g *LoginGate) verify(a *loginAddr, at loginAttempt) {
 // answers them (done, on a goroutine of their own: never under the gate's
 // lock).
 func (a *loginAddr) dropGone() {
-	q := a.queue[:0]
-	for _, at := range a.queue {
-		if at.gone() {
+	a.queue = slices.DeleteFunc(a.queue, func(at loginAttempt) bool {
+		gone := at.gone() // once: the client may leave between two looks
+		if gone {
 			go at.done()
-			continue
 		}
-		q = append(q, at)
-	}
-	clear(a.queue[len(q):])
-	a.queue = q
+		return gone
+	})
 }
 
 // pruneLocked drops the idle addresses whose failures are forgotten.
