@@ -164,6 +164,7 @@ type Holder struct {
 	share   *Share // the group its admitted frame counts in (Admit), nil if none
 	shared  int64  // what that frame counts there (and in Budget.frames)
 	refusal string // why Admit last refused a frame
+	gone    bool   // Forget took it out: its connection closed, for good
 
 	pub     atomic.Int64 // held, for housekeeping
 	drained atomic.Bool  // its client has every reply (nothing out), for housekeeping
@@ -179,7 +180,7 @@ type Holder struct {
 }
 
 // Init ties h to its connection, named remote in the log.
-func (h *Holder) Init(c Conn, remote string) { h.conn, h.remote = c, remote }
+func (h *Holder) Init(c Conn, remote string) { h.conn, h.remote, h.gone = c, remote, false }
 
 // Paused reports whether the connection is paused for memory or output: it
 // decodes nothing until a pass's Account ends the pause. (An input pause
@@ -193,8 +194,13 @@ func (h *Holder) Paused() bool { return h.paused&^pausedInput != 0 }
 // the length of the frame Admit let it read that has not all arrived (0:
 // none): it is held whole from its header on, and never paused for memory,
 // since that would not free its bytes. It reports true when the connection
-// is over lim.ConnBuffer and must be closed.
+// is over lim.ConnBuffer and must be closed. After Forget it does nothing: a
+// pass can outlive its connection (gnet closes one whose write fails from
+// inside the write), and what it would account then is held by nobody.
 func (b *Budget) Account(h *Holder, in, out, frame int, stall Stall, lim Limits) (closeConn bool) {
+	if h.gone {
+		return false
+	}
 	held := int64(max(in, frame) + out)
 	total := b.publish(h, held)
 	if d := out == 0; d != h.drained.Load() {
@@ -301,6 +307,10 @@ func (b *Budget) Admit(h *Holder, frame int, budget int64, sh *Share) bool {
 	if frame <= SmallFrame {
 		return true
 	}
+	if h.gone {
+		h.refusal = "the connection is closed"
+		return false
+	}
 	f, who := int64(frame), "this bucket's connections"
 	if sh == nil {
 		sh, who = &b.unbound, "the connections without a bucket"
@@ -346,8 +356,10 @@ func (b *Budget) Over(h *Holder, held, budget int64) bool {
 	return b.held.Load()-h.held+held > budget
 }
 
-// Forget takes a closing connection out of the node's figures.
+// Forget takes a closing connection out of the node's figures, for good:
+// Account and Admit ignore it from then on.
 func (b *Budget) Forget(h *Holder) {
+	h.gone = true
 	b.FrameDone(h)
 	b.held.Add(-h.held)
 	h.held = 0

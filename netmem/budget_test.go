@@ -260,10 +260,10 @@ func TestAdmitShare(t *testing.T) {
 	}
 	b.FrameDone(h3)
 	// Connections in no group (nil) count together.
-	if !b.Admit(h1, 3<<20, budget, nil) || b.Admit(h2, 2<<20, budget, nil) {
+	if !b.Admit(h1, 3<<20, budget, nil) || b.Admit(h4, 2<<20, budget, nil) {
 		t.Fatal("connections in no group: want the first 3 MiB frame admitted, the next 2 MiB refused")
 	}
-	if r := h2.Refusal(); !strings.Contains(r, "the connections without a bucket hold 3145728 bytes") {
+	if r := h4.Refusal(); !strings.Contains(r, "the connections without a bucket hold 3145728 bytes") {
 		t.Fatalf("refusal %q", r)
 	}
 }
@@ -285,6 +285,15 @@ func TestForgetAndUnpause(t *testing.T) {
 	b.Forget(h)
 	if st := b.Stats(); st.Held != 0 || st.Paused != 0 || h.Paused() {
 		t.Fatalf("after Forget: %+v, paused %v", st, h.Paused())
+	}
+	// The rest of a pass after its connection closed (gnet closes one
+	// inside a failed write) accounts and admits nothing.
+	reads := len(f.reading)
+	if b.Account(h, 2<<20, 0, 64<<10, Busy, testLimits) || b.Admit(h, 64<<10, 1<<20, nil) {
+		t.Fatal("a forgotten holder was closed or admitted a frame")
+	}
+	if st := b.Stats(); st.Held != 0 || st.Paused != 0 || h.Paused() || len(f.reading) != reads {
+		t.Fatalf("after a late pass: %+v, paused %v, read interest set %v", st, h.Paused(), f.reading[reads:])
 	}
 }
 
@@ -494,7 +503,6 @@ func TestTickLetsOneGoWhenStuck(t *testing.T) {
 	b.Account(tiny, 10<<10, 0, 0, NotStalled, lim) // still paused, now holding 10 KiB
 	b.Account(small, 200<<10, 0, 0, NotStalled, lim)
 	b.Account(large, 900<<10, 0, 0, NotStalled, lim)
-	b.Forget(big)
 	b.Account(big, 3<<20, 0, 0, NotStalled, noPause) // still no room: 4.2 MiB held
 	hs := all(reader, tiny, small, large, big)
 	t0 := time.Unix(100, 0)

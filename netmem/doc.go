@@ -72,7 +72,9 @@
 // # Invariants
 //
 //   - The node's total is the sum of the figures its open Holders last
-//     accounted; [Budget.Forget] takes a closing connection's share out.
+//     accounted; [Budget.Forget] takes a closing connection's share out for
+//     good (a pass can go on after gnet closed its connection inside a
+//     write: what it accounts or admits then counts nowhere).
 //   - A Holder is in the budget's paused set exactly while it has a pause
 //     reason, and while it has one its socket is not read (where pausing
 //     works). A memory pause ends only through Tick (or [Budget.Unpause]

@@ -78,6 +78,7 @@ type conn struct {
 	queued    bool               // inflight waits for an ingress ticket or its turn at the login gate (stall)
 	collect   *work.Batch        // batch being assembled in this pass
 	quitting  bool               // QUIT seen: close after flushing
+	closed    bool               // OnClose ran, maybe inside this pass's write (gnet closes on a failed one)
 	proto     uint8              // protoUnknown until the first byte, then protoBinary or protoText
 	txt       *translate.Session // text/meta translation (conn_text.go), nil for binary
 	usersGen  uint64             // the users generation this connection last checked (reload.go: revoke)
@@ -298,7 +299,9 @@ const outFlush = 256 << 10
 // flushOut hands the replies collected so far to gnet, which keeps what
 // the socket does not take. (giveBack decides whether the buffer stays.)
 func (c *conn) flushOut() {
-	_, _ = c.gc.Write(c.out)
+	if !c.closed { // gnet closed its fd, whose number a new connection may have by now
+		_, _ = c.gc.Write(c.out)
+	}
 	c.mem.Wrote()
 	c.out = c.out[:0]
 }
@@ -577,6 +580,7 @@ func (c *conn) collectBatch(b *work.Batch) {
 
 // close runs on the loop from OnClose.
 func (c *conn) close() {
+	c.closed = true
 	c.srv.flow.Forget(&c.mem)
 	if b := c.inflight; b != nil {
 		c.srv.work.Abandon(b, c.srv.opts.Now())

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"kvd/ingress"
 	"kvd/internal/clock"
+	"kvd/netmem"
 	mc "kvd/protocol/binary"
 	"kvd/tenant"
 )
@@ -27,6 +29,9 @@ type fakeConn struct {
 	out    []byte
 	closed bool
 	wakes  chan struct{}
+
+	failWrite func() // if set, a Write fails and calls it, as gnet calls OnClose from inside a failed write
+	lateWrite int    // Writes after a failed one
 }
 
 func newFakeConn() *fakeConn { return &fakeConn{wakes: make(chan struct{}, 64)} }
@@ -44,9 +49,20 @@ func (f *fakeConn) Discard(n int) (int, error) { // as gnet's: n <= 0 discards e
 	f.in = f.in[n:]
 	return n, nil
 }
-func (f *fakeConn) InboundBuffered() int          { return len(f.in) }
-func (f *fakeConn) OutboundBuffered() int         { return 0 }
-func (f *fakeConn) Write(b []byte) (int, error)   { f.out = append(f.out, b...); return len(b), nil }
+func (f *fakeConn) InboundBuffered() int  { return len(f.in) }
+func (f *fakeConn) OutboundBuffered() int { return 0 }
+func (f *fakeConn) Write(b []byte) (int, error) {
+	if f.closed {
+		f.lateWrite++
+	}
+	if f.failWrite != nil {
+		f.closed, f.in = true, nil // gnet releases the buffers
+		f.failWrite()
+		return 0, syscall.EPIPE
+	}
+	f.out = append(f.out, b...)
+	return len(b), nil
+}
 func (f *fakeConn) Wake(gnet.AsyncCallback) error { f.wakes <- struct{}{}; return nil }
 func (f *fakeConn) Close() error                  { f.closed = true; return nil }
 func (f *fakeConn) send(req *mc.Request)          { f.in = mc.AppendRequest(f.in, req) }
@@ -264,6 +280,34 @@ func TestLoopDisconnectWhileQueued(t *testing.T) {
 	}
 	if b, _ := s.cat.Get("b"); b.Store().ItemCount() != 0 {
 		t.Fatal("the canceled SET was executed")
+	}
+}
+
+// TestLoopClosedInsideWrite: gnet closes a connection whose write fails
+// from inside the write, so OnClose runs in the middle of a pass. The rest
+// of the pass writes nothing more (the fd's number may belong to a new
+// connection already), and the frame it admitted meanwhile counts in the
+// node's network memory no longer: what it held before goes with it.
+func TestLoopClosedInsideWrite(t *testing.T) {
+	s := newLoopServer(t, newClock(), nil)
+	c, f := s.openFake(t)
+	f.failWrite = func() { c.close() }
+	f.send(set(1, "a", "v"))
+	big := mc.AppendRequest(nil, set(2, "big", strings.Repeat("v", 4*netmem.SmallFrame)))
+	f.in = append(f.in, big[:len(big)/2]...) // a frame netmem admits, cut short
+	c.onTraffic()
+	for !f.closed && c.inflight != nil {
+		f.waitWake(t)
+		c.onTraffic()
+	}
+	if !f.closed {
+		t.Fatal("the SET's reply was never written")
+	}
+	if st := s.flow.Stats(); st.Held != 0 || st.Paused != 0 {
+		t.Fatalf("after the close: network memory held %d, paused %d; want 0 and 0", st.Held, st.Paused)
+	}
+	if f.lateWrite != 0 {
+		t.Fatalf("%d writes after the connection closed", f.lateWrite)
 	}
 }
 
