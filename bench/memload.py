@@ -13,6 +13,8 @@ The README's figures: kvd with max_buffer_bytes 128 MiB, item_cache_bytes
 64 MiB, block_cache_bytes 16 MiB, wal_sync false, 60 s, with and without
 GOMEMLIMIT=400MiB in kvd's environment.
 """
+import re, socket, struct, sys, threading, time, urllib.request
+
 ADDR=('127.0.0.1', int(sys.argv[1])); MET='http://127.0.0.1:%s' % sys.argv[2]; DUR=float(sys.argv[3]); PID=int(sys.argv[4])
 def req(op, key, value=b'', extras=b'', opaque=0):
     key = key.encode() if isinstance(key,str) else key
