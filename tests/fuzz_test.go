@@ -160,6 +160,9 @@ func TestFuzzConnections(t *testing.T) {
 	if !f.k.Alive() {
 		t.Fatalf("seed %d: kvd died:\n%s", f.seed, f.k.tail())
 	}
+	if held := waitNothingHeld(t, f.k.Addr); held != 0 {
+		t.Errorf("seed %d: every client gone, and the network memory still holds %d bytes (buffer_bytes)", f.seed, held)
+	}
 	if t.Failed() {
 		t.Logf("kvd's log (end):\n%s", f.k.tail())
 	}
@@ -171,6 +174,19 @@ func TestFuzzConnections(t *testing.T) {
 	}
 	f.report(dur, rss)
 	f.k.Stop() // must exit 0
+}
+
+// waitNothingHeld polls STAT's buffer_bytes for up to 5 s after every
+// client has left (a connection's share goes when its close is handled) and
+// returns the last figure: what the network memory still holds.
+func waitNothingHeld(t *testing.T, addr string) int64 {
+	t.Helper()
+	var held int64
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if held = generalStat(t, addr, "buffer_bytes"); held == 0 || time.Now().After(end) {
+			return held
+		}
+	}
 }
 
 // run opens connections until the run ends: a quarter text, the rest binary.
