@@ -1,8 +1,13 @@
 package tests
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -184,4 +189,55 @@ func TestLibmemcachedVersion(t *testing.T) {
 		}
 	}
 	run(memcping, servers) // text only: it has no --binary
+}
+
+// TestLibmemcachedTools: libmemcached's command-line tools, as an operator
+// uses them, in both protocols: memccp stores files (a text one and 3,000
+// random bytes), memccat prints them back byte for byte, memcexist and
+// memctouch find a key and memcexist not a missing one, memcrm deletes,
+// memcflush empties the bucket. Exit codes as against memcached 1.6.18
+// (checked by hand: the same for every step).
+func TestLibmemcachedTools(t *testing.T) {
+	tools := map[string]string{}
+	for _, name := range []string{"memccp", "memccat", "memcexist", "memctouch", "memcrm", "memcflush"} {
+		tools[name] = requireTool(t, name)
+	}
+	t.Parallel()
+	k := startKVD(t, testConfig)
+	dir := t.TempDir()
+	text, bin := filepath.Join(dir, "notes.txt"), filepath.Join(dir, "blob.bin")
+	blob := make([]byte, 3000)
+	_, _ = rand.NewChaCha8([32]byte{1}).Read(blob)
+	if err := errors.Join(os.WriteFile(text, []byte("hello kvd\n"), 0o644), os.WriteFile(bin, blob, 0o644)); err != nil {
+		t.Fatal(err)
+	}
+	for _, proto := range [][]string{nil, {"--binary"}} {
+		run := func(wantOK bool, tool string, args ...string) []byte {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			args = append(append([]string{"--servers=" + k.Addr}, proto...), args...)
+			cmd := exec.CommandContext(ctx, tools[tool], args...)
+			cmd.Dir = dir
+			out, err := cmd.Output()
+			if (err == nil) != wantOK {
+				t.Errorf("%s %v %s: err %v, want success %v", tool, proto, strings.Join(args, " "), err, wantOK)
+			}
+			return out
+		}
+		run(true, "memccp", text, bin) // the key is the file's base name
+		if out := run(true, "memccat", "blob.bin"); !bytes.Equal(bytes.TrimSuffix(out, []byte("\n")), blob) {
+			t.Errorf("memccat %v blob.bin: %d bytes back, want the 3,000 stored", proto, len(out))
+		}
+		if out := run(true, "memccat", "notes.txt"); string(out) != "hello kvd\n\n" {
+			t.Errorf("memccat %v notes.txt: %q", proto, out)
+		}
+		run(true, "memcexist", "notes.txt")
+		run(false, "memcexist", "nosuch")
+		run(true, "memctouch", "--expire=100", "notes.txt")
+		run(true, "memcrm", "notes.txt")
+		run(false, "memccat", "notes.txt")
+		run(true, "memcflush")
+		run(false, "memccat", "blob.bin")
+	}
 }
