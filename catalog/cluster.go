@@ -3,12 +3,15 @@ package catalog
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -239,12 +242,18 @@ func openCluster(now time.Time, opts ClusterOptions, a applier) (*Cluster, error
 // only while no other process holds it: a second kvd under the same
 // --node-name would enforce that name's share of every limit twice. The key
 // of a node that died without leaving (kill -9) lives until its lease ends,
-// so claimName waits that long (the lease TTL and a second) before it
-// refuses to join with ErrNodeNameInUse.
+// so claimName waits that long (the lease TTL and a second). A live holder
+// rewrites the key every PublishPeriod; one that did not in all that time
+// is gone, and its key outlived it only because etcd restarted meanwhile
+// (etcd gives the leases it restores a whole TTL again): claimName revokes
+// that lease and takes the name. Otherwise it refuses to join with
+// ErrNodeNameInUse.
 func (c *Cluster) claimName(now time.Time) error {
 	key := c.keys.member(c.opts.NodeName)
 	member, _ := json.Marshal(memberInfo{Address: c.opts.Address, Heartbeat: now})
-	deadline := time.Now().Add(c.opts.LeaseTTL + time.Second)
+	wait := c.opts.LeaseTTL + time.Second
+	deadline := time.Now().Add(wait)
+	var first *mvccpb.KeyValue // the holder's key as first seen
 	for {
 		held, err := c.claimOnce(key, member)
 		switch {
@@ -252,22 +261,43 @@ func (c *Cluster) claimName(now time.Time) error {
 			return fmt.Errorf("catalog: claim node name %q: %w", c.opts.NodeName, err)
 		case held == nil:
 			return nil
-		case time.Now().After(deadline):
-			if c.lease != 0 {
-				ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
-				_, _ = c.cli.Revoke(ctx, c.lease)
-				cancel()
+		case first == nil || held.Lease != first.Lease:
+			first, deadline = held, time.Now().Add(wait)
+		case time.Now().After(deadline) && held.ModRevision == first.ModRevision && held.Lease != 0:
+			c.log.Warn("cluster: taking over the node name from a member that has not written for a lease TTL "+
+				"(its lease outlived it: etcd restarted)", "node", c.opts.NodeName, "held_by", string(held.Value),
+				"silent_for", wait.String())
+			if err := c.revoke(clientv3.LeaseID(held.Lease)); err != nil {
+				return fmt.Errorf("catalog: claim node name %q: revoke the silent holder's lease: %w", c.opts.NodeName, err)
 			}
+			first = nil
+			continue
+		case time.Now().After(deadline):
+			_ = c.revoke(c.lease)
 			return fmt.Errorf("%w: %q is held by a live member (%s), still after %v: another kvd runs under that name",
-				ErrNodeNameInUse, c.opts.NodeName, held, c.opts.LeaseTTL+time.Second)
+				ErrNodeNameInUse, c.opts.NodeName, held.Value, wait)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
+// revoke ends a lease (ours, or a silent holder's), and with it its keys.
+func (c *Cluster) revoke(id clientv3.LeaseID) error {
+	if id == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
+	defer cancel()
+	_, err := c.cli.Revoke(ctx, id)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil // it ended meanwhile
+	}
+	return err
+}
+
 // claimOnce creates key with member under the node's lease (granted on the
-// first call) unless the key exists; then it returns the holder's value.
-func (c *Cluster) claimOnce(key string, member []byte) (held []byte, err error) {
+// first call) unless the key exists; then it returns the holder's key.
+func (c *Cluster) claimOnce(key string, member []byte) (held *mvccpb.KeyValue, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
 	defer cancel()
 	if err := c.renewLease(ctx); err != nil { // an earlier attempt's lease lives on while we wait
@@ -283,9 +313,9 @@ func (c *Cluster) claimOnce(key string, member []byte) (held []byte, err error) 
 		return nil, nil
 	}
 	if r := resp.Responses; len(r) == 1 && len(r[0].GetResponseRange().Kvs) == 1 {
-		return r[0].GetResponseRange().Kvs[0].Value, nil
+		return r[0].GetResponseRange().Kvs[0], nil
 	}
-	return []byte("?"), nil
+	return &mvccpb.KeyValue{Value: []byte("?")}, nil // gone between the compare and the get: try again
 }
 
 // Close leaves the cluster: it revokes the node's lease (the other nodes
@@ -294,11 +324,7 @@ func (c *Cluster) claimOnce(key string, member []byte) (held []byte, err error) 
 func (c *Cluster) Close() error {
 	c.cancel()
 	c.wg.Wait()
-	if c.lease != 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
-		_, _ = c.cli.Revoke(ctx, c.lease)
-		cancel()
-	}
+	_ = c.revoke(c.lease)
 	return c.cli.Close()
 }
 

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -8,6 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"kvd/catalog/etcdtest"
 	"kvd/engine"
@@ -250,6 +254,45 @@ func TestClusterNodeNameInUse(t *testing.T) {
 		t.Errorf("n1 reopened after a clean close in %v, want at once", d)
 	}
 	again.close(t)
+}
+
+// TestClusterClaimsNameFromSilentHolder: a node stopped while etcd was
+// down leaves its member key under a lease that etcd, restarted, restores
+// with a whole TTL again (here: a 60 s lease nobody renews). The node
+// restarting under that name sees the key unchanged for its wait (the lease
+// TTL and a second), revokes that lease and joins, instead of refusing as
+// if another kvd ran under its name.
+func TestClusterClaimsNameFromSilentHolder(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	old, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := newKeyspace("cat").member("n1")
+	if _, err := cli.Put(ctx, key, `{"address":"127.0.0.1:1","heartbeat":"2026-01-01T00:00:00Z"}`, clientv3.WithLease(old.ID)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	n1 := openClusterNode(t, srv, t.TempDir(), "n1") // LeaseTTL 2 s
+	t.Logf("joined after %v", time.Since(start))
+	if d := time.Since(start); d < 3*time.Second {
+		t.Errorf("joined after %v: before the holder was silent for the lease TTL and a second", d)
+	}
+	if ttl, err := cli.TimeToLive(ctx, old.ID); err != nil || ttl.TTL != -1 {
+		t.Errorf("the silent holder's lease: TTL %v (%v), want revoked (-1)", ttl.TTL, err)
+	}
+	resp, err := cli.Get(ctx, key)
+	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) == old.ID {
+		t.Fatalf("member key after the join: %v, %v; want n1's own", resp.Kvs, err)
+	}
+	n1.close(t)
 }
 
 // TestClusterNewEtcdSeededNotWiped: a member whose etcd lost its data (a new
