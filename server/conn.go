@@ -58,6 +58,7 @@ type conn struct {
 	unthrottled bool            // user has the Unthrottled privilege
 	bucket      *catalog.Bucket // selected bucket, nil for none
 	noBucket    string          // why no bucket is selected, when the connection did not choose it (noBucketReason)
+	wantBucket  string          // the bucket autoSelect found full: tried again at each data command
 	enc         command.Encoder // replies in the connection's HELLO features
 
 	parkedSince   time.Time          // when the head command was first throttled; zero when not
@@ -471,6 +472,11 @@ func (c *conn) runData(req *binary.Request) bool {
 // precheck answers what can be decided on the loop before a data command
 // runs: bucket selection, access, sizes.
 func (c *conn) precheck(req *binary.Request) (binary.Status, string) {
+	if c.bucket == nil && c.wantBucket != "" { // found full: a place may have freed since
+		if b, ok := c.srv.cat.Get(c.wantBucket); ok && c.canSelect(b.Name()) {
+			c.autoSelect(b)
+		}
+	}
 	if c.bucket == nil {
 		if c.user == nil && c.srv.limits().AnonymousBucket == "" {
 			return binary.StatusAccessDenied, "authenticate first: no anonymous access"
@@ -613,7 +619,7 @@ func (c *conn) selectBucket(b *catalog.Bucket) {
 }
 
 func (c *conn) deselect() {
-	c.noBucket = ""
+	c.noBucket, c.wantBucket = "", ""
 	if c.bucket != nil {
 		c.bucket.Throttle().Detach()
 		c.bucket = nil

@@ -138,11 +138,11 @@ func (c *conn) anonymous() {
 
 // autoSelect selects b for a connection that did not ask for it (the
 // bucket a login lands on, the anonymous bucket) if b has room for it
-// (bucketFull). Otherwise the connection stays without a bucket, and its
-// data commands' 0x08 says why (noBucketReason).
+// (bucketFull). Otherwise the connection is without a bucket until a data
+// command finds room (precheck), and their 0x08 says why (noBucketReason).
 func (c *conn) autoSelect(b *catalog.Bucket) {
 	if c.bucketFull(b) {
-		c.noBucket = fmt.Sprintf("no bucket selected: bucket %s has max_connections_per_bucket=%d connections", b.Name(), c.srv.limits().MaxConnectionsPerBucket)
+		c.noBucket, c.wantBucket = fmt.Sprintf("no bucket selected: bucket %s has max_connections_per_bucket=%d connections", b.Name(), c.srv.limits().MaxConnectionsPerBucket), b.Name()
 		return
 	}
 	c.selectBucket(b)

@@ -437,8 +437,10 @@ func TestTenantMaxConnectionsPerBucket(t *testing.T) {
 // TestMaxConnectionsPerBucketAutomaticSelection: the limit holds for the
 // buckets a connection lands on without SELECT_BUCKET too — the anonymous
 // bucket, and the bucket named after the user at login. A connection that
-// finds its bucket full stays without one, and its data commands' 0x08
-// says why; once a place frees, the next connection gets the bucket.
+// finds its bucket full is without one, and its data commands' 0x08 (text:
+// SERVER_ERROR) says why; once a place frees, its next data command lands
+// on the bucket, as does a new connection. (It once stayed without a bucket
+// for good: a text client, which cannot select one, never recovered.)
 func TestMaxConnectionsPerBucketAutomaticSelection(t *testing.T) {
 	t.Parallel()
 	k := startKVD(t, `{"anonymous_bucket": "default", "max_connections_per_bucket": 2,
@@ -459,13 +461,14 @@ func TestMaxConnectionsPerBucketAutomaticSelection(t *testing.T) {
 	// Four anonymous connections held open: at most two land on default
 	// (the harness's own readiness probe may still hold a place), the
 	// others get 0x08 naming the limit.
-	var in []*rawConn
+	var in, out []*rawConn
 	for i := range 4 {
 		c := dialRaw(t, k.Addr)
 		switch res := c.call(get); res.Status {
 		case mc.StatusKeyNotFound:
 			in = append(in, c)
 		case mc.StatusNoBucket:
+			out = append(out, c)
 			if !strings.Contains(string(res.Value), "max_connections_per_bucket=2") {
 				t.Errorf("anonymous connection %d: 0x08 says %q, not why", i+1, res.Value)
 			}
@@ -476,6 +479,16 @@ func TestMaxConnectionsPerBucketAutomaticSelection(t *testing.T) {
 	if len(in) == 0 || len(in) > 2 {
 		t.Fatalf("%d of 4 anonymous connections landed on default, want 1 or 2 (limit 2)", len(in))
 	}
+	for end := time.Now().Add(5 * time.Second); len(in) < 2; time.Sleep(50 * time.Millisecond) { // fill it
+		if c := dialRaw(t, k.Addr); c.call(get).Status == mc.StatusKeyNotFound {
+			in = append(in, c)
+		} else if _ = c.nc.Close(); time.Now().After(end) {
+			t.Fatal("the harness's probe held a place on default for 5 s")
+		}
+	}
+	txt := dialText(t, k.Addr)
+	txt.call("a text connection on the full bucket", "get k\r\n",
+		"SERVER_ERROR no bucket selected: bucket default has max_connections_per_bucket=2 connections")
 	carol := func() *rawConn {
 		c := dialRaw(t, k.Addr)
 		c.auth("carol", "carol-pw")
@@ -485,9 +498,22 @@ func TestMaxConnectionsPerBucketAutomaticSelection(t *testing.T) {
 	landed("carol's first login", c1)
 	landed("carol's second login", c2)
 	refused("carol's third login", c3)
+	_ = c1.nc.Close()
+	waitFor(t, 5*time.Second, "carol's third login landing once her first left", func() bool {
+		return c3.call(get).Status == mc.StatusKeyNotFound
+	})
 	for _, c := range in {
 		_ = c.nc.Close()
 	}
+	waitFor(t, 5*time.Second, "a refused anonymous connection landing once a place freed", func() bool {
+		return out[0].call(get).Status == mc.StatusKeyNotFound
+	})
+	waitFor(t, 5*time.Second, "the refused text connection landing", func() bool {
+		txt.send("get k\r\n")
+		l, err := txt.line(2 * time.Second)
+		return err == nil && l == "END"
+	})
+	_, _ = out[0].nc.Close(), txt.nc.Close()
 	waitFor(t, 5*time.Second, "a new anonymous connection landing on default once they closed", func() bool {
 		c := dialRaw(t, k.Addr)
 		defer c.nc.Close()
