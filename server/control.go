@@ -317,24 +317,25 @@ func (c *conn) textControl(cmd *text.Command) {
 	}
 }
 
-// textAuth is memcached's -Y authentication: before it, a connection's
-// first command must be "set <key> <flags> <exptime> <len>" whose data is
-// "<user> <password>", verified as SASL's (startLogin); success answers
-// STORED and selects the bucket named like the user if the user may use
-// it, else the user's first bucket in name order. Anything else is
-// "CLIENT_ERROR unauthenticated"; a bad password also closes the
-// connection.
+// textAuth is memcached's -Y authentication: a connection's first command must be "set <key>
+// <flags> <exptime> <len>" whose data is "<user> <password>", verified as SASL's (startLogin);
+// STORED selects the bucket named like the user if allowed, else the user's first by name.
+// Refusals, after which the client may try again, are memcached 1.6's: "unauthenticated" for
+// other commands, "bad authentication token format", "authentication failure".
 func (c *conn) textAuth(cmd *text.Command) {
 	if cmd.Kind != text.KindSet {
 		c.out = text.AppendClientError(c.out, unauthenticated)
 		return
 	}
 	name, password := translate.LoginTokens(cmd.Value)
+	if name == nil {
+		c.out = text.AppendClientError(c.out, "bad authentication token format")
+		return
+	}
 	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
 	c.startLogin(b, string(name), bytes.Clone(password), true, func(err error) {
 		if err != nil {
-			b.Out = text.AppendClientError(b.Out, unauthenticated)
-			b.After = func() { c.quitting = true }
+			b.Out = text.AppendClientError(b.Out, "authentication failure")
 			return
 		}
 		b.Out = append(b.Out, "STORED\r\n"...)
