@@ -166,7 +166,7 @@ func (c *conn) handleText() bool {
 		switch {
 		case c.collect != nil:
 			return false
-		case t.Held(): // a refused command before the login: memcached -Y closes
+		case t.Held(): // a malformed command before the login closes (memcached -Y keeps it): nothing is buffered
 			c.out, c.quitting = text.AppendClientError(c.out, unauthenticated), true
 		default:
 			c.textAuth(t.Command())
