@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"time"
@@ -24,14 +25,54 @@ type memberInfo struct {
 	Heartbeat time.Time `json:"heartbeat"`
 }
 
-// bucketLoad is one bucket's demand and usage in usage/<node>.
+// bucketLoad is one bucket's demand and usage in usage/<node>, and the
+// demand the node published the round before (usageReport.PrevRound).
 type bucketLoad struct {
 	Demand int64 `json:"demand"`
 	Usage  int64 `json:"usage"`
+	Prev   int64 `json:"prev,omitempty"`
 }
 
-// usageReport is the value of usage/<node>: by bucket.
-type usageReport map[string]bucketLoad
+// usageReport is the value of usage/<node>: the round it was published in
+// (the PublishPeriod since the epoch its tick fell in), the round of the
+// node's publication before (0: none), and the buckets' figures.
+type usageReport struct {
+	Round     int64                 `json:"round"`
+	PrevRound int64                 `json:"prev_round,omitempty"`
+	Buckets   map[string]bucketLoad `json:"buckets"`
+}
+
+// demandIn is the demand the report's node published for bucket in round,
+// if the report holds that round.
+func (r usageReport) demandIn(round int64, bucket string) (int64, bool) {
+	switch round {
+	case r.Round:
+		return r.Buckets[bucket].Demand, true
+	case r.PrevRound:
+		return r.Buckets[bucket].Prev, true
+	}
+	return 0, false
+}
+
+// roundState is what the node itself published in its last two rounds: its
+// demands, as the others read them for it.
+type roundState struct {
+	round, prevRound int64
+	demand, prev     map[string]int64
+}
+
+// demandIn is the node's own demand for bucket in round (0 if it published
+// none then: the others count it as wanting everything, it counts itself as
+// wanting nothing, and both only shrink what they take).
+func (r *roundState) demandIn(round int64, bucket string) int64 {
+	switch round {
+	case r.round:
+		return r.demand[bucket]
+	case r.prevRound:
+		return r.prev[bucket]
+	}
+	return 0
+}
 
 // report is one tick's publication.
 type report struct {
@@ -61,10 +102,12 @@ func (c *Cluster) Tick(now time.Time, loads []Load) []Share {
 	c.tickMu.Lock()
 	defer c.tickMu.Unlock()
 	// A tick a little early (the caller's timer jitters) still publishes:
-	// skipping it would halve the heartbeat rate.
-	if now.Sub(c.lastPub) >= c.opts.PublishPeriod*9/10 {
+	// skipping it would halve the heartbeat rate. A node publishes once per
+	// round, so that every node reads the same demands for it.
+	round := now.UnixNano() / int64(c.opts.PublishPeriod)
+	if now.Sub(c.lastPub) >= c.opts.PublishPeriod*9/10 && round != c.rounds.round {
 		c.lastPub = now
-		c.enqueue(now, loads)
+		c.enqueue(now, round, loads)
 	}
 	from, to := c.link.observe(now, time.Unix(0, c.lastAnswer.Load()))
 	if from != to {
@@ -73,7 +116,14 @@ func (c *Cluster) Tick(now time.Time, loads []Load) []Share {
 	members, demands := c.snapshot()
 	shares := make([]Share, len(loads))
 	for i, l := range loads {
-		shares[i] = c.shareLocked(to, l, members, demands)
+		shares[i] = c.shareLocked(to, round, l, members, demands)
+	}
+	if len(c.lastShares) > len(loads) { // buckets deleted since
+		live := make(map[string]bool, len(loads))
+		for _, l := range loads {
+			live[l.Bucket] = true
+		}
+		maps.DeleteFunc(c.lastShares, func(b string, _ Share) bool { return !live[b] })
 	}
 	switch to {
 	case LinkUp:
@@ -90,8 +140,18 @@ func (c *Cluster) Tick(now time.Time, loads []Load) []Share {
 	return shares
 }
 
-// shareLocked is one bucket's share in state st.
-func (c *Cluster) shareLocked(st LinkState, l Load, members []Member, reports map[string]usageReport) Share {
+// shareLocked is one bucket's share in state st, in round.
+//
+// Up, every node computes the split of round from the demands all nodes
+// published in the round before, so that the nodes' shares of one round
+// come from the same figures and sum to at most the totals. A node whose
+// demand for that round is not in sight (not published, or not arrived)
+// counts as wanting all it can get, which only shrinks the share computed
+// here. The nodes' rounds are their throttles' seconds, which start when the
+// wall clock's second turns (clock.WholeSecond): every node moves to the
+// next round's split at the same moment, give or take their clocks'
+// difference.
+func (c *Cluster) shareLocked(st LinkState, round int64, l Load, members []Member, reports map[string]usageReport) Share {
 	switch st {
 	case LinkHolding:
 		if s, ok := c.lastShares[l.Bucket]; ok {
@@ -104,16 +164,15 @@ func (c *Cluster) shareLocked(st LinkState, l Load, members []Member, reports ma
 	}
 	self, demands := 0, make([]int64, len(members))
 	for i, m := range members {
-		r, published := reports[m.Name]
-		demands[i] = r[l.Bucket].Demand
 		if m.Name == c.opts.NodeName {
-			// Use what the others see, so that all nodes compute on the
-			// same inputs; our own fresh demand until it is published.
-			self = i
-			if !published {
-				demands[i] = l.Demand
-			}
+			self, demands[i] = i, c.rounds.demandIn(round-1, l.Bucket)
+			continue
 		}
+		d, known := reports[m.Name].demandIn(round-1, l.Bucket)
+		if !known {
+			d = wantAll
+		}
+		demands[i] = d
 	}
 	r, h := nodeShare(l.Reserved, l.HardLimit, demands, self, c.opts.FloorPermille)
 	s := Share{Bucket: l.Bucket, Reserved: r, HardLimit: h}
@@ -146,7 +205,7 @@ func (c *Cluster) snapshot() ([]Member, map[string]usageReport) {
 func clusterUsage(reports map[string]usageReport) map[string]int64 {
 	out := map[string]int64{}
 	for _, u := range reports {
-		for b, l := range u {
+		for b, l := range u.Buckets {
 			out[b] += l.Usage
 		}
 	}
@@ -166,11 +225,21 @@ func (c *Cluster) logTransitionLocked(from, to LinkState) {
 	}
 }
 
-// enqueue hands the report to the publisher, replacing one not yet sent.
-func (c *Cluster) enqueue(now time.Time, loads []Load) {
-	u := make(usageReport, len(loads))
+// enqueue hands round's report to the publisher, replacing one not yet
+// sent, and keeps the node's demands of this round and the one before.
+func (c *Cluster) enqueue(now time.Time, round int64, loads []Load) {
+	rs := &c.rounds
+	if rs.round != round-1 { // a round without a report: none to carry
+		rs.demand = nil
+	}
+	rs.prevRound, rs.prev, rs.round, rs.demand = rs.round, rs.demand, round, make(map[string]int64, len(loads))
+	if rs.prev == nil {
+		rs.prevRound = 0
+	}
+	u := usageReport{Round: round, PrevRound: rs.prevRound, Buckets: make(map[string]bucketLoad, len(loads))}
 	for _, l := range loads {
-		u[l.Bucket] = bucketLoad{Demand: l.Demand, Usage: l.Usage}
+		rs.demand[l.Bucket] = l.Demand
+		u.Buckets[l.Bucket] = bucketLoad{Demand: l.Demand, Usage: l.Usage, Prev: rs.prev[l.Bucket]}
 	}
 	mem, _ := json.Marshal(memberInfo{Address: c.opts.Address, Heartbeat: now})
 	use, _ := json.Marshal(u)

@@ -88,9 +88,14 @@
 // every live node published: a floor of 2% of the total split evenly (so
 // an idle node can start), the rest max-min fair by demand, what nobody
 // wants spread evenly. TickCluster applies each share to the bucket's
-// throttle gauge. Every node runs the same pure function on the same
-// published data, so the shares sum to at most the total (up to one tick
-// of skew between nodes' views). A node whose lease expires drops out of
+// throttle gauge. Every node runs the same pure function on the demands
+// all nodes published the round before (a round is a PublishPeriod of the
+// wall clock; each report carries its round and the one before), so the
+// shares of a round sum to at most the total however the nodes' ticks are
+// phased; a demand not in sight counts as wanting everything, which only
+// shrinks the others' shares. The server starts its throttle's seconds on
+// the wall clock's (clock.WholeSecond), so the nodes also move to each
+// round's split together. A node whose lease expires drops out of
 // the demands and the survivors take its share within the TTL. Between two
 // ticks, a settings change (0x2a, a reload) applies the static share
 // (total ÷ live nodes, never more than the node's part) rather than the

@@ -62,7 +62,6 @@
 //     connection (SASL, SELECT) are applied on the loop when it is collected.
 //   - With wal_sync on, a mutation is acknowledged only after the fsync that covers it.
 //
-// The loop's view of its gnet.Conn is the small netConn interface, so that admission order,
-// parking and reply order are tested inside the package with a fake connection and a fake clock
-// (loop_test.go).
+// The loop sees its gnet.Conn as the small netConn interface, so that admission, parking and
+// reply order are tested in the package with a fake connection and clock (loop_test.go).
 package server

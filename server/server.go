@@ -15,6 +15,7 @@ import (
 	"kvd/catalog"
 	"kvd/engine"
 	"kvd/ingress"
+	"kvd/internal/clock"
 	"kvd/internal/gnetlog"
 	"kvd/internal/lograte"
 	"kvd/internal/version"
@@ -107,7 +108,7 @@ func New(opts Options) (*Server, error) {
 		runErr:    make(chan error, 1),
 		stopHouse: make(chan struct{}),
 		houseDone: make(chan struct{}),
-		throttle:  tenant.NewThrottle(opts.NodeCapacity, opts.Now()),
+		throttle:  tenant.NewThrottle(opts.NodeCapacity, clock.WholeSecond(opts.Now())), // a cluster's nodes tick together
 		logins:    tenant.NewLoginGate(tenant.LoginOptions{Now: opts.Now}),
 		flow:      netmem.New(opts.Logger),
 	}

@@ -40,3 +40,12 @@ func Now() time.Time {
 	}
 	return b.Add(d)
 }
+
+// WholeSecond is the start of t's wall-clock second, with t's monotonic
+// reading kept (t.Truncate would drop it, and durations from the result
+// would then follow steps of the wall clock). A throttle whose seconds
+// start at WholeSecond(now) ticks when the wall clock's second turns, as
+// do those of the other nodes of a cluster (catalog.Cluster.Tick).
+func WholeSecond(t time.Time) time.Time {
+	return t.Add(-time.Duration(t.UnixNano() % int64(time.Second)))
+}

@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -42,5 +43,16 @@ func BenchmarkNow(b *testing.B) {
 func BenchmarkTimeNow(b *testing.B) {
 	for b.Loop() {
 		_ = time.Now()
+	}
+}
+
+func TestWholeSecond(t *testing.T) {
+	now := time.Now()
+	w := WholeSecond(now)
+	if w.Nanosecond() != 0 || now.Sub(w) < 0 || now.Sub(w) >= time.Second || w.Unix() != now.Unix() {
+		t.Fatalf("WholeSecond(%v) = %v", now, w)
+	}
+	if !strings.Contains(w.String(), "m=") { // the monotonic reading, kept
+		t.Fatalf("WholeSecond dropped the monotonic reading: %v", w)
 	}
 }
