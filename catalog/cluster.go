@@ -164,7 +164,7 @@ type Cluster struct {
 	lastShares map[string]Share // guarded by tickMu: the last shares computed while up
 	knownNodes int              // guarded by tickMu: live nodes when last up
 	lastPub    time.Time        // guarded by tickMu
-	rounds     roundState       // guarded by tickMu: the node's own demands and splits by round
+	rounds     roundState       // guarded by tickMu: the node's own demands of its last two rounds
 	status     ClusterStatus    // guarded by tickMu
 
 	cancel context.CancelFunc
