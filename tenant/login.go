@@ -129,10 +129,11 @@ func (g *LoginGate) Submit(remote string, gone, verify func() bool, done func())
 		a = &loginAddr{}
 		g.addrs[ip] = a
 	}
+	busy := len(g.sem) == cap(g.sem) // looked at first: ours, once started, takes a place at once
 	a.queue = append(a.queue, loginAttempt{gone, verify, done})
 	g.scheduleLocked(a)
 	// Only the head leaves per schedule: ours, the last, left only if it was the head.
-	return len(a.queue) > 0 || len(g.sem) == cap(g.sem)
+	return len(a.queue) > 0 || busy
 }
 
 // scheduleLocked starts the address's next attempt when it may start, or
