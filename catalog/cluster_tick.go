@@ -54,11 +54,12 @@ func (r usageReport) demandIn(round int64, bucket string) (int64, bool) {
 	return 0, false
 }
 
-// roundState is what the node itself published in its last two rounds: its
-// demands, as the others read them for it.
+// roundState is what the node itself published in its last round and the
+// round before (prev is nil when it published nothing then): its demands,
+// as the others read them for it.
 type roundState struct {
-	round, prevRound int64
-	demand, prev     map[string]int64
+	round        int64
+	demand, prev map[string]int64
 }
 
 // demandIn is the node's own demand for bucket in round (0 if it published
@@ -68,7 +69,7 @@ func (r *roundState) demandIn(round int64, bucket string) int64 {
 	switch round {
 	case r.round:
 		return r.demand[bucket]
-	case r.prevRound:
+	case r.round - 1:
 		return r.prev[bucket]
 	}
 	return 0
@@ -229,14 +230,15 @@ func (c *Cluster) logTransitionLocked(from, to LinkState) {
 // sent, and keeps the node's demands of this round and the one before.
 func (c *Cluster) enqueue(now time.Time, round int64, loads []Load) {
 	rs := &c.rounds
+	prev := rs.demand
 	if rs.round != round-1 { // a round without a report: none to carry
-		rs.demand = nil
+		prev = nil
 	}
-	rs.prevRound, rs.prev, rs.round, rs.demand = rs.round, rs.demand, round, make(map[string]int64, len(loads))
-	if rs.prev == nil {
-		rs.prevRound = 0
+	*rs = roundState{round: round, demand: make(map[string]int64, len(loads)), prev: prev}
+	u := usageReport{Round: round, Buckets: make(map[string]bucketLoad, len(loads))}
+	if prev != nil {
+		u.PrevRound = round - 1
 	}
-	u := usageReport{Round: round, PrevRound: rs.prevRound, Buckets: make(map[string]bucketLoad, len(loads))}
 	for _, l := range loads {
 		rs.demand[l.Bucket] = l.Demand
 		u.Buckets[l.Bucket] = bucketLoad{Demand: l.Demand, Usage: l.Usage, Prev: rs.prev[l.Bucket]}
