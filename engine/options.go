@@ -92,6 +92,9 @@ type Options struct {
 	// SweepInterval is how often the sweeper deletes expired items from
 	// disk. Default 5s.
 	SweepInterval time.Duration
+	// MaxOpenFiles bounds the table files Pebble keeps open (its table
+	// cache). Default (0) Pebble's, 1,000.
+	MaxOpenFiles int
 	// Logger receives engine and Pebble logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock the sweeper and the rate limit of Pebble's
@@ -157,6 +160,7 @@ func (o *Options) Validate() error {
 func (o *Options) pebbleOptions() *pebble.Options {
 	po := &pebble.Options{
 		CacheSize:          o.CacheSize,
+		MaxOpenFiles:       o.MaxOpenFiles,
 		MemTableSize:       uint64(o.MemTableSize),
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{o.Logger},

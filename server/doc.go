@@ -1,8 +1,7 @@
 // Package server is kvd's network front end: the gnet event loops, the per-connection state,
-// admission, and the control commands. What a data command is and how its reply is encoded is
-// package command's; running batches off the loops and group commit is package work's; the
-// buckets and their durable settings are package catalog's; the STAT groups and /metrics are
-// package observe's. The server wires them and persists nothing itself.
+// admission, and the control commands. A data command and its reply's encoding are package
+// command's; batches off the loops and group commit package work's; the buckets and their
+// settings package catalog's; STAT and /metrics package observe's. The server persists nothing.
 //
 // # Path of a command, file by file
 //
@@ -11,44 +10,35 @@
 //     handle. A data command passes precheck (bucket selected, not deleted, value size) and goes
 //     to admission; any other command to control.
 //  2. admit.go, admission: Server.admit asks the bucket's throttle (park on the loop, 0x0c in
-//     non-blocking mode, 0x86 past max_throttle_wait_ms), then its deadline gate (checkDeadline,
-//     counted from when the command's bytes arrived: ingress.InputClock), then ingress for a
-//     ticket. A first-in-line GET of a resident item is answered on the loop (serveResident);
-//     every other admitted command is copied into the batch being collected (command.Request). A
-//     command that must wait for a ticket becomes a batch of its own queued in ingress (a
-//     work.Batch is an ingress.Waiter).
+//     non-blocking mode, 0x86 past max_throttle_wait_ms), its deadline gate (checkDeadline, from
+//     when the bytes arrived: ingress.InputClock), then ingress for a ticket. A first-in-line GET
+//     of a resident item is answered on the loop (serveResident); every other admitted command
+//     joins the batch being collected; one that must wait for a ticket becomes a batch of its own
+//     queued in ingress (a work.Batch is an ingress.Waiter).
 //  3. package work: the loop's dispatch submits the batch to the pool; a worker runs the commands
 //     in order (command.Exec), meters them (Server.meter), returns the tickets, encodes the
 //     replies (command.Encoder) and hands the batch back (conn.Finish wakes the loop). With
 //     wal_sync on, a batch with mutations is acknowledged only after an fsync shared with other
 //     connections' batches (engine.GroupSync). A short batch acknowledged at commit runs at once:
 //     the loop yields to its worker and answers it in the same pass (runInline).
-//  4. conn.go again: the loop appends the batch's replies to the pass's output and writes
-//     everything with one write.
+//  4. conn.go again: the loop appends the batch's replies to the pass's output, then one write.
 //
 // A resident GET: conn.go (onTraffic, serve, handle, runData, precheck) → admit.go (admit,
-// checkThrottle, checkDeadline, runOrCollect, serveResident: engine Peek,
-// command.Encoder.Metered) → conn.go (one write). A synced SET: conn.go → admit.go (admit,
-// collectReq) → conn.go (dispatch, startJob) → work (Pool.Submit, run, exec: command.Exec,
-// Server.meter; deferSync: tickets back, engine.GroupSync.Add; Batch.Synced after the fsync:
-// ack, command.Encoder.Result) → conn.go (Finish, then collectDone and the write on the loop).
+// checkThrottle, checkDeadline, runOrCollect, serveResident) → conn.go (one write). A synced SET:
+// conn.go → admit.go (admit, collectReq) → conn.go (dispatch, startJob) → work (Pool.Submit, run,
+// exec, deferSync; Batch.Synced after the fsync) → conn.go (Finish, collectDone, the write).
 //
 // Text and meta (conn_text.go): the first byte of a connection chooses binary or text (detect).
-// A text command is decoded by a translate.Session, whose steps are carried out here: Run a
-// binary request through the path above (its reply is turned back into text by
-// command.Encoder), Answer a line, Control (control.go), Close.
+// A translate.Session decodes a text command into steps carried out here: Run a binary request
+// through the path above (command.Encoder turns its reply into text), Answer, Control, Close.
 //
-// control.go answers HELLO, SASL (verified on tenant.LoginGate's pool), SELECT_BUCKET, STAT,
-// FLUSH and the admin commands (decoded by catalog.Prepare, applied on a worker), and applies a
-// config reload to each connection (revalidate). reply.go encodes the loop's own replies.
-// server.go wires gnet and the housekeeping goroutine (throttle ticks, cluster shares, the
-// prober, the idle sweep, the network memory budget); reload.go applies a reloaded config;
-// shutdown.go drains the connections.
+// control.go answers HELLO, SASL (tenant.LoginGate), SELECT_BUCKET, STAT, FLUSH and the admin
+// commands (catalog.Prepare, applied on a worker), and applies a reload to each connection
+// (revalidate). reply.go encodes the loop's own replies. server.go wires gnet and the
+// housekeeping goroutine; reload.go applies a reloaded config; shutdown.go drains.
 //
-// Beside every command, the connection records its end-to-end, parked and queued time after the
-// pass's write (latency.Log), and reports what it holds in unread input and unsent replies to
-// the node's network memory budget (conn.account, package netmem), which pauses the largest
-// holders.
+// Beside every command, the connection records its end-to-end, parked and queued time (latency.Log)
+// and reports what it holds in input and replies to the network memory budget (package netmem).
 //
 // # Invariants
 //
@@ -62,6 +52,5 @@
 //     connection (SASL, SELECT) are applied on the loop when it is collected.
 //   - With wal_sync on, a mutation is acknowledged only after the fsync that covers it.
 //
-// The loop sees its gnet.Conn as the small netConn interface, so that admission, parking and
-// reply order are tested in the package with a fake connection and clock (loop_test.go).
+// The loop sees its gnet.Conn as netConn: loop_test.go tests it with a fake connection and clock.
 package server

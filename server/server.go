@@ -16,6 +16,7 @@ import (
 	"kvd/engine"
 	"kvd/ingress"
 	"kvd/internal/clock"
+	"kvd/internal/fdlimit"
 	"kvd/internal/gnetlog"
 	"kvd/internal/lograte"
 	"kvd/internal/version"
@@ -52,6 +53,7 @@ type Server struct {
 	eng      gnet.Engine
 	booted   chan struct{}
 	runErr   chan error
+	ran      chan struct{} // closed when gnet.Run returned: Shutdown stopped it, or an error (Done)
 	stopping atomic.Bool
 	lastOpen atomic.Int64  // UnixNano of the last OnOpen: drain waits for the accept queue
 	usersGen atomic.Uint64 // bumped by each reload; see Server.revoke in reload.go
@@ -91,6 +93,7 @@ func New(opts Options) (*Server, error) {
 		CacheSize:     opts.CacheSize,
 		ItemCacheSize: opts.ItemCacheSize,
 		MaxValueSize:  opts.MaxItemSize,
+		MaxOpenFiles:  opts.OpenFiles.Store,
 		Logger:        opts.Logger,
 	})
 	if err != nil {
@@ -106,6 +109,7 @@ func New(opts Options) (*Server, error) {
 		booted:    make(chan struct{}),
 		scratches: map[gnet.EventLoop]*scratch{},
 		runErr:    make(chan error, 1),
+		ran:       make(chan struct{}),
 		stopHouse: make(chan struct{}),
 		houseDone: make(chan struct{}),
 		throttle:  tenant.NewThrottle(opts.NodeCapacity, clock.WholeSecond(opts.Now())), // a cluster's nodes tick together
@@ -155,6 +159,7 @@ func (s *Server) Start() error {
 		s.runErr <- gnet.Run(s, "tcp://"+s.opts.Listen, gnet.WithMulticore(true),
 			gnet.WithNumEventLoop(s.opts.Loops), gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 			gnet.WithReuseAddr(true), gnet.WithLogger(gnetlog.Logger{L: s.log}))
+		close(s.ran)
 	}()
 	select {
 	case <-s.booted:
@@ -164,6 +169,9 @@ func (s *Server) Start() error {
 	go s.housekeeping()
 	return nil
 }
+
+// Done is closed once gnet stops serving: at Shutdown, or on its own (a failed accept; Shutdown says why).
+func (s *Server) Done() <-chan struct{} { return s.ran }
 
 // startWorkers starts the pool that runs batches off the loops.
 func (s *Server) startWorkers() {
@@ -189,9 +197,12 @@ func (s *Server) Close() error {
 	return cerr
 }
 
-// OnBoot records the engine handle.
+// OnBoot records the engine handle and sets the listen backlog.
 func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
 	s.eng = eng
+	if err := fdlimit.SetBacklog(eng.Dup, s.opts.OpenFiles.Backlog); err != nil {
+		s.log.Warn("cannot set the listen backlog", "backlog", s.opts.OpenFiles.Backlog, "err", err)
+	}
 	close(s.booted)
 	return gnet.None
 }

@@ -33,8 +33,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	close(s.stopHouse)
 	<-s.houseDone
 	err := s.eng.Stop(ctx)
-	if rerr := <-s.runErr; err == nil && rerr != nil && !errors.Is(rerr, context.Canceled) {
-		err = rerr
+	if rerr := <-s.runErr; rerr != nil && !errors.Is(rerr, context.Canceled) {
+		err = rerr // the engine stopped on its own before (Done): why
 	}
 	waited := make(chan struct{})
 	go func() { s.work.Stop(); close(waited) }()

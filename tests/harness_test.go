@@ -81,6 +81,8 @@ type kvd struct {
 	done    chan error
 	// StartWait bounds how long start waits for kvd to serve; 0 is 15 s.
 	StartWait time.Duration
+	// OpenFiles, when set, is kvd's open-file limit (ulimit -n, soft and hard).
+	OpenFiles int
 }
 
 // testConfig is the config most tests use: an anonymous "default" bucket,
@@ -145,6 +147,9 @@ func (k *kvd) startOnce(args ...string) error {
 	all := append([]string{"--listen", k.Addr, "--data-dir", k.DataDir, "--config", k.Config,
 		"--metrics-listen", ""}, args...)
 	k.cmd = exec.Command(kvdBin, all...)
+	if k.OpenFiles > 0 {
+		k.cmd = exec.Command("sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, k.OpenFiles), kvdBin}, all...)...)
+	}
 	k.log = new(lockedBuffer)
 	k.cmd.Stdout, k.cmd.Stderr = k.log, k.log
 	dieWithTest(k.cmd)

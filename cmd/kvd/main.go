@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"kvd/config"
+	"kvd/internal/fdlimit"
 	"kvd/server"
 	"kvd/server/options"
 )
@@ -60,6 +61,7 @@ func run() error {
 	if opts.Cluster, err = clusterOptions(*clusterEndpoints, *nodeName, *listen, log); err != nil {
 		return err
 	}
+	warnOpenFiles(log, &opts)
 	if fi, err := os.Stat(source); err == nil {
 		opts.ConfigModTime = fi.ModTime()
 	}
@@ -85,11 +87,31 @@ func run() error {
 		defer startWatcher(source, loaded, *listen, *dataDir, srv, log).Stop()
 	}
 
-	got := <-sig
-	log.Info("shutting down", "signal", got.String())
+	var stopped error
+	select {
+	case got := <-sig:
+		log.Info("shutting down", "signal", got.String())
+	case <-srv.Done(): // gnet stopped its engine: exit, for a supervisor to start kvd again
+		stopped = errors.New("the protocol listener stopped on its own (see the log)")
+		log.Error("shutting down", "reason", stopped)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return srv.Shutdown(ctx)
+	if err := srv.Shutdown(ctx); stopped == nil {
+		return err
+	}
+	return stopped
+}
+
+// warnOpenFiles logs when the open-file limit holds max_connections below
+// its setting (options.LimitsOf, package fdlimit).
+func warnOpenFiles(log *slog.Logger, o *options.Options) {
+	o.EnsureDefaults()
+	if p := o.OpenFiles; o.MaxConnections > p.Conns && p.Err() == nil {
+		log.Warn("max_connections lowered to what the open-file limit allows", "max_connections", o.MaxConnections,
+			"in_force", p.Conns, "open_file_limit", p.Limit, "store_files", p.Store, "listen_backlog", p.Backlog,
+			"raise_with", "ulimit -n, or LimitNOFILE= under systemd")
+	}
 }
 
 // clusterOptions are the options of --cluster and --node-name; nil
@@ -244,6 +266,15 @@ func newLogger(level string) (*slog.Logger, error) {
 }
 
 // serveMetrics serves /metrics (and /debug/pprof) on addr until stop.
+// metricsConns bounds the metrics port's open connections (within
+// fdlimit's share for kvd's own descriptors); more wait in the backlog.
+// An idle one is closed after metricsIdle, a stalled request's headers
+// after 10 s, so that clients that hold connections cannot keep the port.
+const (
+	metricsConns = 32
+	metricsIdle  = time.Minute
+)
+
 func serveMetrics(addr string, metrics http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -254,9 +285,9 @@ func serveMetrics(addr string, metrics http.Handler, log *slog.Logger) (stop fun
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace) // the scheduler's view: go tool trace
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: metricsIdle}
 	go func() {
-		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := hs.Serve(fdlimit.Listener(ln, metricsConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics listener failed", "addr", addr, "err", err)
 		}
 	}()

@@ -118,6 +118,7 @@ func (w *watcher) check() {
 	if fi, err := os.Stat(w.path); err == nil {
 		opts.ConfigModTime = fi.ModTime()
 	}
+	warnOpenFiles(w.log, &opts)
 	needRestart, err := w.srv.Reconfigure(opts)
 	if err != nil {
 		if w.refused(data, err) {

@@ -19,6 +19,7 @@ import (
 	"kvd/engine"
 	"kvd/ingress"
 	"kvd/internal/clock"
+	"kvd/internal/fdlimit"
 	"kvd/netmem"
 	"kvd/tenant"
 )
@@ -76,8 +77,12 @@ type Options struct {
 	// connection whose first byte is not a binary magic is then closed, as
 	// before text support. Default false (config text_protocol: true).
 	DisableText bool
-	// MaxConnections bounds open connections node-wide. Default DefaultMaxConnections.
+	// MaxConnections bounds open connections node-wide. Default
+	// DefaultMaxConnections; in force at most OpenFiles.Conns (Limits).
 	MaxConnections int
+	// OpenFiles shares the open-file limit out: Pebble's table files, the
+	// listen backlog and the most connections. Default fdlimit.Current().
+	OpenFiles fdlimit.Plan
 	// MaxConnectionsPerBucket bounds connections that select one bucket;
 	// privileged users are exempt. Default DefaultMaxConnectionsPerBucket.
 	MaxConnectionsPerBucket int
@@ -136,6 +141,9 @@ func (o *Options) EnsureDefaults() {
 	orDefault(&o.DataDir, DefaultDataDir)
 	orDefault(&o.MaxConnections, DefaultMaxConnections)
 	orDefault(&o.MaxConnectionsPerBucket, DefaultMaxConnectionsPerBucket)
+	if o.OpenFiles.Limit == 0 {
+		o.OpenFiles = fdlimit.Current()
+	}
 	orDefault(&o.IdleTimeout, DefaultIdleTimeout)
 	orDefault(&o.MaxFrameSize, DefaultMaxFrameSize)
 	orDefault(&o.MaxItemSize, DefaultMaxItemSize)
@@ -174,6 +182,9 @@ func (o *Options) Validate() error {
 	}
 	if err := o.Ingress.Validate(); err != nil {
 		return err
+	}
+	if err := o.OpenFiles.Err(); err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
 	if o.AnonymousBucket != "" {
 		if err := tenant.ValidBucketName(o.AnonymousBucket); err != nil {
@@ -269,7 +280,11 @@ type Limits struct {
 
 // LimitsOf is o's Limits.
 func LimitsOf(o *Options) *Limits {
-	return &Limits{MaxConnections: o.MaxConnections, MaxConnectionsPerBucket: o.MaxConnectionsPerBucket,
+	maxConns := o.MaxConnections
+	if o.OpenFiles.Limit > 0 { // EnsureDefaults ran
+		maxConns = min(maxConns, o.OpenFiles.Conns)
+	}
+	return &Limits{MaxConnections: maxConns, MaxConnectionsPerBucket: o.MaxConnectionsPerBucket,
 		IdleTimeout: o.IdleTimeout, ReadUnitSize: o.ReadUnitSize, WriteUnitSize: o.WriteUnitSize,
 		MaxThrottleWait: o.MaxThrottleWait, AnonymousBucket: o.AnonymousBucket,
 		MetricsBucketLimit: o.MetricsBucketLimit, MaxBufferBytes: o.MaxBufferBytes, DisableText: o.DisableText}

@@ -1,0 +1,106 @@
+package tests
+
+import (
+	"bufio"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestOpenFileLimit: a flood of connections past what kvd's open-file
+// limit allows is refused one by one, and kvd goes on serving. Before
+// package fdlimit, accept failed with EMFILE and gnet stopped its whole
+// engine: every connection closed, the port refused from then on, and the
+// process stayed up serving nothing.
+//
+// With ulimit -n 256 the limit's shares are 128 for kvd itself, 32 for
+// Pebble's tables, a listen backlog of 16, and 80 connections: the default
+// max_connections (10,000) is held to 80, with a warning at start.
+func TestOpenFileLimit(t *testing.T) {
+	k := newKVD(t, testConfig)
+	k.OpenFiles = 256
+	k.start()
+	if !strings.Contains(k.log.String(), `"max_connections lowered to what the open-file limit allows" max_connections=10000 in_force=80 open_file_limit=256`) {
+		t.Errorf("no warning at start that max_connections is held to 80:\n%s", k.tail())
+	}
+	probe := dialText(t, k.Addr)
+	probe.send("stats\r\n")
+	maxConns := ""
+	for {
+		l, err := probe.line(5 * time.Second)
+		if err != nil || l == "END" {
+			break
+		}
+		if v, ok := strings.CutPrefix(l, "STAT max_connections "); ok {
+			maxConns = v
+		}
+	}
+	if maxConns != "80" {
+		t.Errorf("STAT max_connections %q, want 80", maxConns)
+	}
+
+	// 400 clients at once, each holding its connection open: 79 more fit.
+	var (
+		mu      sync.Mutex
+		served  []net.Conn
+		refused int
+		failed  int
+		wg      sync.WaitGroup
+	)
+	for range 400 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := net.DialTimeout("tcp", k.Addr, 10*time.Second)
+			if err != nil {
+				mu.Lock()
+				failed++
+				mu.Unlock()
+				return
+			}
+			_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+			_, _ = nc.Write([]byte("version\r\n"))
+			l, _ := bufio.NewReader(nc).ReadString('\n')
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case strings.HasPrefix(l, "VERSION "):
+				served = append(served, nc)
+				return
+			case l == "ERROR Too many open connections\r\n":
+				refused++
+			default:
+				failed++
+			}
+			_ = nc.Close()
+		}()
+	}
+	wg.Wait()
+	t.Logf("400 clients: %d served, %d refused with memcached's ERROR, %d failed to connect or read", len(served), refused, failed)
+	if len(served) != 79 {
+		t.Errorf("%d clients served beside the probe, want 79 (max_connections in force 80)", len(served))
+	}
+	if refused < 200 {
+		t.Errorf("%d clients refused with \"ERROR Too many open connections\", want most of the 321 over the limit", refused)
+	}
+	probe.call("the probe, open through the flood", "version\r\n", "VERSION 1.6.18 kvd-0.1.0")
+	for _, nc := range served {
+		_ = nc.Close()
+	}
+	waitFor(t, 10*time.Second, "a new connection served after the flood", func() bool {
+		nc, err := net.DialTimeout("tcp", k.Addr, time.Second)
+		if err != nil {
+			return false
+		}
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(2 * time.Second))
+		_, _ = nc.Write([]byte("version\r\n"))
+		l, _ := bufio.NewReader(nc).ReadString('\n')
+		return strings.HasPrefix(l, "VERSION ")
+	})
+	if log := k.log.String(); strings.Contains(log, "too many open files") || strings.Contains(log, "exiting") {
+		t.Errorf("kvd ran out of descriptors:\n%s", k.tail())
+	}
+}
