@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -360,5 +361,48 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 			t.Fatalf("waited %v for %s", timeout, what)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSignals: SIGHUP, whose default would end kvd at once (no drain),
+// makes it check its config file now and go on serving; SIGUSR1 stops it
+// gracefully, as memcached's does.
+func TestSignals(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, reloadConfig("25000", ""))
+	c := dialRaw(t, k.Addr)
+	c.auth("admin", "admin-pw")
+	if err := k.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a log line for the SIGHUP", func() bool {
+		return strings.Contains(k.Log(), "SIGHUP: checking the config file now")
+	})
+	if got := statOf(c, "throttle", "capacity"); got != "25000" {
+		t.Fatalf("after SIGHUP with the file unchanged, capacity %q, want 25000", got)
+	}
+	if err := os.WriteFile(k.Config, []byte(reloadConfig("12345", "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "node capacity 12345 after the edit and SIGHUP", func() bool {
+		return statOf(c, "throttle", "capacity") == "12345"
+	})
+	if err := k.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-k.done:
+		k.cmd = nil
+		if err != nil {
+			t.Fatalf("kvd after SIGUSR1: %v\n%s", err, k.tail())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("kvd still running 30 s after SIGUSR1")
+	}
+	if !strings.Contains(k.Log(), `"shutting down" signal="user defined signal 1"`) {
+		t.Errorf("no shutdown line naming SIGUSR1:\n%s", k.tail())
 	}
 }

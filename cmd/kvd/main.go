@@ -45,8 +45,11 @@ func run() error {
 	flag.Parse()
 	// From the start: a signal while the store opens (100,000 buckets take
 	// a while) stops kvd cleanly once it is up, not with the default exit.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	// SIGUSR1 is memcached's graceful stop. SIGHUP, whose default would
+	// end kvd at once, checks the config file now (operators' habit).
+	sig, hup := make(chan os.Signal, 1), make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
+	signal.Notify(hup, syscall.SIGHUP)
 
 	log, err := newLogger(*level)
 	if err != nil {
@@ -84,7 +87,13 @@ func run() error {
 	log.Info("kvd serving", "listen", *listen, "data_dir", *dataDir, "wal_sync", !opts.DisableWALSync)
 
 	if source != "embedded default" {
-		defer startWatcher(source, loaded, *listen, *dataDir, srv, log).Stop()
+		defer startWatcher(source, loaded, *listen, *dataDir, srv, hup, log).Stop()
+	} else {
+		go func() {
+			for range hup {
+				log.Info("SIGHUP: no config file to check (the embedded default runs)")
+			}
+		}()
 	}
 
 	var stopped error

@@ -33,6 +33,7 @@ type watcher struct {
 	dataDir string
 	srv     *server.Server
 	log     *slog.Logger
+	hup     <-chan os.Signal // SIGHUP: check the file now, a refused edit included
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -70,8 +71,9 @@ func newWatcher(path string, loaded []byte, listen, dataDir string, srv *server.
 
 // startWatcher starts a newWatcher's checks. A file whose edit the server
 // refused at start is tried again like a reload's.
-func startWatcher(path string, loaded []byte, listen, dataDir string, srv *server.Server, log *slog.Logger) *watcher {
+func startWatcher(path string, loaded []byte, listen, dataDir string, srv *server.Server, hup <-chan os.Signal, log *slog.Logger) *watcher {
 	w := newWatcher(path, loaded, listen, dataDir, srv, log)
+	w.hup = hup
 	if err := srv.FileRefused(); err != nil {
 		w.refused(loaded, err)
 	}
@@ -88,6 +90,10 @@ func (w *watcher) run() {
 		case <-w.stop:
 			return
 		case <-t.C:
+			w.check()
+		case <-w.hup:
+			w.log.Info("SIGHUP: checking the config file now", "file", w.path)
+			w.retryAt = time.Time{}
 			w.check()
 		}
 	}
