@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -404,5 +405,47 @@ func TestSignals(t *testing.T) {
 	}
 	if !strings.Contains(k.Log(), `"shutting down" signal="user defined signal 1"`) {
 		t.Errorf("no shutdown line naming SIGUSR1:\n%s", k.tail())
+	}
+}
+
+// TestLogReaderGone: kvd whose log's reader went (the read end of its
+// stdout and stderr pipe closed) serves on when it next logs, as memcached
+// does; Go's default would end it with SIGPIPE at that line.
+func TestLogReaderGone(t *testing.T) {
+	t.Parallel()
+	k := newKVD(t, testConfig)
+	k.Addr = freeAddr(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(kvdBin, "--listen", k.Addr, "--data-dir", k.DataDir, "--config", k.Config, "--metrics-listen", "")
+	cmd.Stdout, cmd.Stderr = w, w
+	dieWithTest(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	served := bufio.NewScanner(r)
+	for served.Scan() && !strings.Contains(served.Text(), "kvd serving") {
+	}
+	_ = r.Close()
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil { // a log line
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	c := dialText(t, k.Addr)
+	c.call("a client after the log line", "version\r\n", "VERSION 1.6.18 kvd-0.1.0")
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("kvd: %v, want exit 0 after SIGTERM", err)
+		}
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("kvd did not exit within 30 s of SIGTERM")
 	}
 }

@@ -50,6 +50,10 @@ func run() error {
 	sig, hup := make(chan os.Signal, 1), make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 	signal.Notify(hup, syscall.SIGHUP)
+	// A log line written after the reader of kvd's stdout or stderr went
+	// (a pipe's) would end kvd with SIGPIPE; noticed, the write fails and
+	// kvd serves on, as memcached, which ignores SIGPIPE.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 
 	log, err := newLogger(*level)
 	if err != nil {
