@@ -110,8 +110,12 @@ func run() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(ctx); stopped == nil {
+	err = srv.Shutdown(ctx)
+	if stopped == nil {
 		return err
+	}
+	if err != nil {
+		log.Error("shutdown after the listener stopped", "err", err)
 	}
 	return stopped
 }
@@ -278,7 +282,6 @@ func newLogger(level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
-// serveMetrics serves /metrics (and /debug/pprof) on addr until stop.
 // metricsConns bounds the metrics port's open connections (within
 // fdlimit's share for kvd's own descriptors); more wait in the backlog.
 // An idle one is closed after metricsIdle, a stalled request's headers
@@ -288,6 +291,7 @@ const (
 	metricsIdle  = time.Minute
 )
 
+// serveMetrics serves /metrics (and /debug/pprof) on addr until stop.
 func serveMetrics(addr string, metrics http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
