@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -19,6 +20,10 @@ import (
 // Pebble's tables, a listen backlog of 16, and 80 connections: the default
 // max_connections (10,000) is held to 80, with a warning at start.
 func TestOpenFileLimit(t *testing.T) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Max < 256 {
+		t.Skipf("cannot give kvd an open-file limit of 256: this process's hard limit is %d (%v)", rl.Max, err)
+	}
 	k := newKVD(t, testConfig)
 	k.OpenFiles = 256
 	k.start()
