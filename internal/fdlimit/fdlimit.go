@@ -63,7 +63,7 @@ func Of(limit, somaxconn int) Plan {
 func Current() Plan {
 	var rl syscall.Rlimit
 	limit := ceiling
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur < uint64(ceiling) {
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && uint64(rl.Cur) < uint64(ceiling) { // int64 on some BSDs
 		limit = int(rl.Cur)
 	}
 	return Of(limit, somaxconn())
