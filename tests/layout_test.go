@@ -49,7 +49,7 @@ var allowedImports = map[string][]string{
 	"kvd/internal/gnetlog":  {},
 	"kvd/internal/lograte":  {},
 	"kvd/internal/version":  {},
-	"kvd/cmd/kvd":           {"kvd/config", "kvd/internal/fdlimit", "kvd/server", "kvd/server/options", "github.com/prometheus/client_golang"},
+	"kvd/cmd/kvd":           {"kvd/config", "kvd/server", "kvd/server/options", "github.com/prometheus/client_golang", "golang.org/x/net/netutil"},
 	"kvd/cmd/kvctl":         {"kvd/client", "kvd/protocol/binary", "kvd/tenant"},
 	"kvd/cmd/kvbench":       {"kvd/bench"},
 	"kvd/bench":             {"kvd/protocol/binary", "gonum.org/v1/plot"},

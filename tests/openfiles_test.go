@@ -109,3 +109,28 @@ func TestOpenFileLimit(t *testing.T) {
 		t.Errorf("kvd ran out of descriptors:\n%s", k.tail())
 	}
 }
+
+// TestMetricsConnectionCap: the metrics port holds at most 32 connections
+// (they count in kvd's own share of its descriptors); a 33rd waits in the
+// backlog, unanswered, until one of them closes.
+func TestMetricsConnectionCap(t *testing.T) {
+	metrics := freeAddr(t)
+	startKVD(t, testConfig, "--metrics-listen", metrics)
+	var held []net.Conn
+	for range 32 {
+		nc, err := net.DialTimeout("tcp", metrics, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		held = append(held, nc)
+	}
+	if _, err := scrapeMetric(metrics, "kvd_connections"); err == nil {
+		t.Fatal("a 33rd metrics connection answered while 32 are open")
+	}
+	_ = held[0].Close()
+	waitFor(t, 10*time.Second, "a scrape once one of the 32 closed", func() bool {
+		_, err := scrapeMetric(metrics, "kvd_connections")
+		return err == nil
+	})
+}

@@ -19,8 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"kvd/config"
-	"kvd/internal/fdlimit"
 	"kvd/server"
 	"kvd/server/options"
 )
@@ -124,7 +125,7 @@ func run() error {
 // its setting (options.LimitsOf, package fdlimit).
 func warnOpenFiles(log *slog.Logger, o *options.Options) {
 	o.EnsureDefaults()
-	if p := o.OpenFiles; o.MaxConnections > p.Conns && p.Err() == nil {
+	if p := o.OpenFiles; options.LimitsOf(o).MaxConnections < o.MaxConnections && p.Err() == nil {
 		log.Warn("max_connections lowered to what the open-file limit allows", "max_connections", o.MaxConnections,
 			"in_force", p.Conns, "open_file_limit", p.Limit, "store_files", p.Store, "listen_backlog", p.Backlog,
 			"raise_with", "ulimit -n, or LimitNOFILE= under systemd")
@@ -304,7 +305,7 @@ func serveMetrics(addr string, metrics http.Handler, log *slog.Logger) (stop fun
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace) // the scheduler's view: go tool trace
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: metricsIdle}
 	go func() {
-		if err := hs.Serve(fdlimit.Listener(ln, metricsConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := hs.Serve(netutil.LimitListener(ln, metricsConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics listener failed", "addr", addr, "err", err)
 		}
 	}()

@@ -23,11 +23,9 @@ package fdlimit
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 )
 
@@ -103,50 +101,4 @@ func SetBacklog(dup func() (int, error), n int) error {
 	}
 	defer syscall.Close(fd)
 	return syscall.Listen(fd, n)
-}
-
-// Listener bounds the connections ln has open at once to n (a metrics
-// port within Own): Accept waits while n are open, leaving the next
-// connection in the kernel's backlog, until ln is closed.
-func Listener(ln net.Listener, n int) net.Listener {
-	return &limitListener{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{})}
-}
-
-type limitListener struct {
-	net.Listener
-	slots     chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
-}
-
-func (l *limitListener) Close() error {
-	err := l.Listener.Close()
-	l.closeOnce.Do(func() { close(l.done) })
-	return err
-}
-
-type limitConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
 }
