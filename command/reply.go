@@ -237,6 +237,8 @@ func StatusOf(err error) (binary.Status, string) {
 		return binary.StatusInvalidArguments, reasonOf(err, tenant.ErrInvalidSettings)
 	case errors.Is(err, tenant.ErrAuthFailed):
 		return binary.StatusAuthError, "Auth failure"
+	case errors.Is(err, tenant.ErrNotPrivileged):
+		return binary.StatusAccessDenied, reasonOf(err, tenant.ErrNotPrivileged)
 	case errors.Is(err, engine.ErrNoSpace):
 		return binary.StatusOutOfMemory, reasonOf(err, engine.ErrNoSpace)
 	case errors.Is(err, engine.ErrClosed):

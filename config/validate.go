@@ -112,6 +112,9 @@ func (f *File) validateNode(p *problems) {
 	p.positive("write_unit_size", int64(f.WriteUnitSize))
 	p.positiveIfSet("max_connections_per_bucket", f.MaxConnectionsPerBucket)
 	p.positiveIfSet("max_connections", f.MaxConnections)
+	if f.SystemConnections != nil {
+		p.nonNegative("system_connections", int64(*f.SystemConnections))
+	}
 	p.positiveIfSet("max_throttle_wait_ms", f.MaxThrottleWaitMS)
 	p.positiveIfSet("max_item_size", f.MaxItemSize)
 	p.positiveIfSet("max_frame_size", f.MaxFrameSize)

@@ -35,6 +35,8 @@ var (
 	descNodeLast  = desc("kvd_node_units_last_second", "Units used on the node in the last full second.")
 	descConns     = desc("kvd_connections", "Open client connections.")
 	descConnsTot  = desc("kvd_connections_total", "Client connections accepted.")
+	descConnsSys  = desc("kvd_system_connections", "Open client connections in the system band (beyond max_connections, privileged users only).")
+	descConnsRej  = desc("kvd_connections_rejected_total", "Client connections refused: max_connections and the system band were full.")
 	descL0        = desc("kvd_pebble_l0_sublevels", "Pebble L0 sublevels (read amplification of L0).")
 	descDebt      = desc("kvd_pebble_compaction_debt_bytes", "Pebble's estimate of bytes to compact to reach a stable LSM.")
 	descFsync     = desc("kvd_pebble_wal_fsync_latency_seconds", "Pebble WAL fsync latency.")
@@ -57,7 +59,7 @@ type collector struct{ v *View }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRU, descWU, descCommands, descTextCmds, descThrottled, descWait, descRejected,
-		descClients, descItems, descReserved, descCapacity, descFreePool, descNodeLast, descConns, descConnsTot,
+		descClients, descItems, descReserved, descCapacity, descFreePool, descNodeLast, descConns, descConnsTot, descConnsSys, descConnsRej,
 		descL0, descDebt, descFsync, descCacheHit, descCacheMiss, descCacheSize, descItemBytes, descItemItems, descItemLook, descItemEvict,
 		descBufBytes, descPaused, descPauses, descMemClosed, descRefused} {
 		ch <- d
@@ -83,6 +85,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	emitGauge(ch, descNodeLast, float64(node.LastSecond))
 	emitGauge(ch, descConns, float64(front.Conns))
 	emitCounter(ch, descConnsTot, float64(front.TotalConns))
+	emitGauge(ch, descConnsSys, float64(front.SystemConns))
+	emitCounter(ch, descConnsRej, float64(front.RefusedConns))
 	v.collectTotals(ch, all, len(shown))
 	collectBuffers(ch, front.Buffers)
 	collectPebble(ch, parts.DB)

@@ -73,14 +73,16 @@ type Parts struct {
 // Front is what only the front end knows: its process, its connections, its
 // network memory and the limits that shape the figures.
 type Front struct {
-	Now        time.Time // the node's clock: STAT time and uptime
-	Started    time.Time
-	PID        int
-	Version    string
-	Threads    int   // event loops
-	Conns      int64 // open client connections
-	TotalConns int64 // client connections accepted
-	MaxConns   int   // max_connections
+	Now          time.Time // the node's clock: STAT time and uptime
+	Started      time.Time
+	PID          int
+	Version      string
+	Threads      int   // event loops
+	Conns        int64 // open client connections, the system band's included
+	SystemConns  int64 // of them, in the system band (package slots)
+	TotalConns   int64 // client connections accepted
+	RefusedConns int64 // client connections refused: max_connections and the system band full
+	MaxConns     int   // max_connections
 
 	// BucketLimit is metrics_bucket_limit: past it the per-bucket figures
 	// list only the most active buckets (shown.go).

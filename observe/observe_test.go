@@ -75,7 +75,7 @@ func newView(t *testing.T, buckets ...string) (*View, *fakeNode) {
 	}
 	n := &fakeNode{parts: Parts{Throttle: tenant.NewThrottle(25000, t0), Ingress: ing, DB: db},
 		front: Front{Now: t0.Add(90 * time.Second), Started: t0, PID: 42, Version: "kvd-test", Threads: 2,
-			Conns: 3, TotalConns: 7, MaxConns: 100, BucketLimit: 1000,
+			Conns: 3, SystemConns: 1, TotalConns: 7, RefusedConns: 8, MaxConns: 100, BucketLimit: 1000,
 			Buffers: Buffers{Held: 10, Limit: 20, Paused: 1, MemoryPauses: 2, OutputPauses: 3, InputPauses: 5, Closed: 4, Refused: 6}}}
 	v := New(n)
 	cat, err := catalog.Open(catalog.Options{DB: db, Throttle: n.parts.Throttle, Defaults: unlimited,
@@ -188,7 +188,7 @@ func TestGeneral(t *testing.T) {
 	}
 	node := "pid=42\nuptime=90\ntime=1700000090\nversion=kvd-test\npointer_size=64\nrusage_user=T\n" +
 		"rusage_system=T\nthreads=2\ncurr_connections=3\n" +
-		"total_connections=7\nmax_connections=100\nbuffer_bytes=10\nmax_buffer_bytes=20\nconns_paused=1\n" +
+		"total_connections=7\nmax_connections=100\nsystem_connections=1\nrejected_connections=8\nbuffer_bytes=10\nmax_buffer_bytes=20\nconns_paused=1\n" +
 		"conn_pauses_memory=2\nconn_pauses_output=3\nconn_pauses_input=5\nconns_closed_memory=4\nframes_refused_memory=6\n"
 	if got := general(nil); got != node {
 		t.Errorf("no bucket selected:\n%s\nwant\n%s", got, node)

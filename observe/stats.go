@@ -81,6 +81,8 @@ func (v *View) General(b *catalog.Bucket, emit Emit) {
 	emitInt(emit, "curr_connections", f.Conns)
 	emitInt(emit, "total_connections", f.TotalConns)
 	emitInt(emit, "max_connections", int64(f.MaxConns))
+	emitInt(emit, "system_connections", f.SystemConns)
+	emitInt(emit, "rejected_connections", f.RefusedConns)
 	bufferStats(emit, f.Buffers)
 	if b == nil || b.Deleted() {
 		return

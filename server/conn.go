@@ -15,6 +15,7 @@ import (
 	"kvd/netmem"
 	"kvd/protocol/binary"
 	"kvd/protocol/translate"
+	"kvd/slots"
 	"kvd/tenant"
 	"kvd/work"
 )
@@ -53,6 +54,7 @@ type conn struct {
 	srv    *Server
 	gc     netConn
 	remote string
+	slot   slots.Slot // max_connections or the system band (only a privileged login)
 
 	user        *tenant.User    // nil until SASL succeeds
 	unthrottled bool            // user has the Unthrottled privilege
@@ -73,7 +75,7 @@ type conn struct {
 
 	out       []byte             // replies of this pass, written once at the end (lent by scratch)
 	peek      []byte             // value buffer of GETs answered on the loop (lent by scratch)
-	scratch   *scratch           // its event loop's buffers, which out and peek are during a pass
+	scratch   *netmem.Scratch    // its event loop's buffers, which out and peek are during a pass
 	inflight  *work.Batch        // batch executing off the loop, nil when none
 	handedOff bool               // inflight went to a worker this pass (runInline)
 	queued    bool               // inflight waits for an ingress ticket or its turn at the login gate (stall)
@@ -102,56 +104,21 @@ func newConn(s *Server, gc netConn, remote string) *conn {
 	c.enc.Now = s.opts.Now
 	c.lat.Shard = int(s.connSeq.Add(1) % latency.Shards)
 	c.mem.Init(gc, remote)
-	c.scratch = s.scratchOf(gc)
+	c.scratch = s.scratches.Of(gc)
 	return c
 }
 
-// scratch is the buffers a pass of an event loop works in: the replies it
-// collects (out) and the values of the GETs it answers from the item cache
-// (peek). They are the loop's, lent to a connection for one pass, so that
-// between passes a connection holds only what gnet holds for it, which the
-// network memory budget counts (2,000 idle connections that had each read
-// a 1 MiB value held 2.6 GB when each kept its own).
-type scratch struct{ out, peek []byte }
-
-// keepScratch is the largest buffer a loop keeps from one pass to the next:
-// a pass's replies reach outFlush plus one reply, up to a 1 MiB value.
-const keepScratch = 2 << 20
-
-// scratchOf returns the buffers of gc's event loop; a connection that is
-// not gnet's (tests) gets its own.
-func (s *Server) scratchOf(gc netConn) *scratch {
-	lc, ok := gc.(interface{ EventLoop() gnet.EventLoop })
-	if !ok {
-		return new(scratch)
-	}
-	loop := lc.EventLoop()
-	s.scratchMu.Lock()
-	defer s.scratchMu.Unlock()
-	sc := s.scratches[loop]
-	if sc == nil {
-		sc = new(scratch)
-		s.scratches[loop] = sc
-	}
-	return sc
-}
-
 // borrow lends the loop's buffers to c for a pass.
-func (c *conn) borrow() { c.out, c.peek = c.scratch.out[:0], c.scratch.peek[:0] }
+func (c *conn) borrow() { c.out, c.peek = c.scratch.Out[:0], c.scratch.Peek[:0] }
 
 // giveBack hands what c's pass left unwritten to gnet and returns the
-// buffers to the loop, dropping one grown past keepScratch.
+// buffers to the loop (netmem.Scratch.Keep).
 func (c *conn) giveBack() {
 	if len(c.out) > 0 {
 		c.flushOut()
 	}
-	keep := func(b []byte) []byte {
-		if cap(b) > keepScratch {
-			return nil
-		}
-		return b[:0]
-	}
-	c.scratch.out, c.scratch.peek, c.out, c.peek = keep(c.out), keep(c.peek), nil, nil
+	c.scratch.Keep(c.out, c.peek)
+	c.out, c.peek = nil, nil
 }
 
 // onTraffic collects a finished batch, serves as much input as it can, and
@@ -478,6 +445,9 @@ func (c *conn) precheck(req *binary.Request) (binary.Status, string) {
 		}
 	}
 	if c.bucket == nil {
+		if c.user == nil && c.slot.Band() {
+			return binary.StatusAccessDenied, bandReason
+		}
 		if c.user == nil && c.srv.limits().AnonymousBucket == "" {
 			return binary.StatusAccessDenied, "authenticate first: no anonymous access"
 		}

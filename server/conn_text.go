@@ -93,7 +93,7 @@ func (c *conn) decodeText() int {
 func (c *conn) admitText(partial int) bool {
 	frame, budget := c.txt.Need(), c.srv.limits().MaxBufferBytes
 	if c.loggedOut() && max(frame, partial) > binary.MaxSmallValue { // a login is a set of "<user> <password>"
-		c.out, c.quitting = text.AppendClientError(c.out, unauthenticated), true
+		c.out, c.quitting = text.AppendClientError(c.out, c.loginFirst()), true
 		return true
 	}
 	if frame == 0 && partial > netmem.SmallFrame {
@@ -126,13 +126,18 @@ func (c *conn) peekText() []byte {
 	return buf
 }
 
-// unauthenticated is the reason of every refusal before a text login.
-const unauthenticated = "unauthenticated"
+// loginFirst is the reason of every refusal before a text login.
+func (c *conn) loginFirst() string {
+	if c.slot.Band() {
+		return bandReason
+	}
+	return "unauthenticated"
+}
 
 // loggedOut reports whether the text connection must log in first
-// (memcached's -Y): no user, and no anonymous bucket.
+// (memcached's -Y): no user, and no anonymous bucket or in the system band.
 func (c *conn) loggedOut() bool {
-	return c.user == nil && c.bucket == nil && c.srv.limits().AnonymousBucket == ""
+	return c.user == nil && (c.slot.Band() || c.bucket == nil && c.srv.limits().AnonymousBucket == "")
 }
 
 // refuseText is refuseInput for text: every whole command in the input is
@@ -167,7 +172,7 @@ func (c *conn) handleText() bool {
 		case c.collect != nil:
 			return false
 		case t.Held(): // a malformed command before the login closes (memcached -Y keeps it): nothing is buffered
-			c.out, c.quitting = text.AppendClientError(c.out, unauthenticated), true
+			c.out, c.quitting = text.AppendClientError(c.out, c.loginFirst()), true
 		default:
 			c.textAuth(t.Command())
 		}

@@ -18,6 +18,10 @@ import (
 	"kvd/work"
 )
 
+// bandReason is why a connection in the system band (package slots) is
+// refused anything but a privileged user's login.
+const bandReason = "too many open connections (max_connections): this one is in the system band, where only a privileged user may log in"
+
 // noBucketName deselects the current bucket in SELECT_BUCKET (Couchbase's
 // convention).
 const noBucketName = "@no bucket@"
@@ -90,16 +94,21 @@ func (c *conn) saslAuth(req *mc.Request) {
 // startLogin hands name's password to the login gate (tenant.LoginGate: paced
 // per remote address, verified on its own pool); b, the connection's batch in
 // flight meanwhile, comes back with answer's reply, and the login (or on
-// failure anonymous) applies on the loop when b is collected.
+// failure anonymous) applies on the loop when b is collected. On a system-band
+// connection (slots.Settle) it must be a privileged user's, or the connection closes.
 func (c *conn) startLogin(b *work.Batch, name string, password []byte, anyBucket bool, answer func(err error)) {
 	c.inflight = b
+	c.srv.slots.Settle(c.slot)
 	// A login that waits its turn waits as for a ticket (stall): its client's leaving is seen.
 	c.queued = c.srv.logins.Submit(c.remote, c.box.Gone, func() bool {
 		gen := c.srv.usersGen.Load() // the users this login is checked against
 		user, err := c.srv.users.Authenticate(name, password)
+		if err == nil && c.slot.Band() && user.Privileges == 0 {
+			err = fmt.Errorf("%w: %s", tenant.ErrNotPrivileged, bandReason)
+		}
 		if err != nil {
-			c.srv.log.Warn("login refused", "user", name, "remote", c.remote)
-			b.After = c.anonymous // a refused login ends the identity the connection had
+			c.srv.log.Warn("login refused", "user", name, "remote", c.remote, "system_band", c.slot.Band())
+			b.After = func() { c.anonymous(); c.quitting = c.quitting || c.slot.Band() } // ends the identity it had
 		} else {
 			b.After = func() { c.login(user, anyBucket); c.usersGen = gen }
 		}
@@ -127,11 +136,11 @@ func (c *conn) login(user *tenant.User, anyBucket bool) {
 
 // anonymous makes a new connection, or one whose login was refused (Couchbase
 // restarts authentication at each SASL_AUTH), unauthenticated, on the
-// anonymous bucket if there is one.
+// anonymous bucket if there is one and it is not in the system band.
 func (c *conn) anonymous() {
 	c.user, c.unthrottled = nil, false
 	c.deselect()
-	if b, ok := c.srv.cat.Get(c.srv.limits().AnonymousBucket); ok {
+	if b, ok := c.srv.cat.Get(c.srv.limits().AnonymousBucket); ok && !c.slot.Band() {
 		c.autoSelect(b)
 	}
 }
@@ -168,7 +177,7 @@ func (c *conn) noBucketReason() string {
 // canSelect reports whether the connection may select the bucket name.
 func (c *conn) canSelect(name string) bool {
 	if c.user == nil {
-		return name == c.srv.limits().AnonymousBucket
+		return name == c.srv.limits().AnonymousBucket && !c.slot.Band()
 	}
 	return c.user.CanSelect(name)
 }
@@ -324,7 +333,7 @@ func (c *conn) textControl(cmd *text.Command) {
 // other commands, "bad authentication token format", "authentication failure".
 func (c *conn) textAuth(cmd *text.Command) {
 	if cmd.Kind != text.KindSet {
-		c.out = text.AppendClientError(c.out, unauthenticated)
+		c.out = text.AppendClientError(c.out, c.loginFirst())
 		return
 	}
 	name, password := translate.LoginTokens(cmd.Value)
@@ -334,11 +343,13 @@ func (c *conn) textAuth(cmd *text.Command) {
 	}
 	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
 	c.startLogin(b, string(name), bytes.Clone(password), true, func(err error) {
-		if err != nil {
+		if errors.Is(err, tenant.ErrNotPrivileged) {
+			b.Out = text.AppendClientError(b.Out, bandReason)
+		} else if err != nil {
 			b.Out = text.AppendClientError(b.Out, "authentication failure")
-			return
+		} else {
+			b.Out = append(b.Out, "STORED\r\n"...)
 		}
-		b.Out = append(b.Out, "STORED\r\n"...)
 	})
 }
 
@@ -379,7 +390,8 @@ func (c *conn) textFlush(delay uint32, noreply bool) {
 }
 
 // revalidate applies the current users and limits to the connection: a
-// deleted user's connection is closed (after the replies of this pass), a
+// deleted user's connection, or a system-band one left without privileges,
+// is closed (after the replies of this pass), a
 // bucket the user (or, unauthenticated, the anonymous bucket setting) no
 // longer grants is deselected, and the privilege flags are recomputed.
 // Each change is logged with the connection's remote address.
@@ -409,6 +421,7 @@ func (c *conn) revalidate() {
 	if old != u.Privileges {
 		c.srv.log.Info("privileges changed", "by", "config", "remote", c.remote, "user", name,
 			"from", old.String(), "to", u.Privileges.String())
+		c.quitting = c.quitting || c.slot.Band() && u.Privileges == 0 // the system band is the privileged users'
 	}
 	if c.bucket != nil && !u.CanSelect(c.bucket.Name()) {
 		c.srv.log.Info("access revoked", "by", "config", "remote", c.remote, "user", name,

@@ -23,6 +23,7 @@ import (
 	"kvd/netmem"
 	"kvd/observe"
 	"kvd/server/options"
+	"kvd/slots"
 	"kvd/tenant"
 	"kvd/work"
 )
@@ -48,7 +49,7 @@ type Server struct {
 	// fileRefused: the config file's edit the catalog refused at start.
 	fileRefused error
 	// At most a line a second for what clients can repeat at will.
-	refusedLog, closedLog, idleLog lograte.Limiter
+	closedLog, idleLog lograte.Limiter
 
 	eng      gnet.Engine
 	booted   chan struct{}
@@ -58,15 +59,14 @@ type Server struct {
 	lastOpen atomic.Int64  // UnixNano of the last OnOpen: drain waits for the accept queue
 	usersGen atomic.Uint64 // bumped by each reload; see Server.revoke in reload.go
 
-	conns      sync.Map // the open connections: *conn → struct{}
-	currConns  atomic.Int64
+	conns      sync.Map    // the open connections: *conn → struct{}
+	slots      slots.Slots // max_connections and the system band
 	totalConns atomic.Int64
-	connSeq    atomic.Uint64 // connections opened, numbering them (latency.Shards)
-	scratchMu  sync.Mutex
-	scratches  map[gnet.EventLoop]*scratch // guarded by scratchMu: each event loop's pass buffers (conn.go)
-	work       *work.Pool                  // runs the batches off the loops
-	logins     *tenant.LoginGate           // paces and verifies SASL attempts
-	view       *observe.View               // STAT groups, /metrics and the node totals (node, below)
+	connSeq    atomic.Uint64     // connections opened, numbering them (latency.Shards)
+	scratches  netmem.Scratches  // each event loop's pass buffers (conn.go)
+	work       *work.Pool        // runs the batches off the loops
+	logins     *tenant.LoginGate // paces and verifies SASL attempts
+	view       *observe.View     // STAT groups, /metrics and the node totals (node, below)
 
 	stopHouse chan struct{}
 	houseDone chan struct{}
@@ -107,7 +107,6 @@ func New(opts Options) (*Server, error) {
 		pid:       os.Getpid(),
 		started:   opts.Now(), // Start sets it again; a scrape before it sees an uptime of 0
 		booted:    make(chan struct{}),
-		scratches: map[gnet.EventLoop]*scratch{},
 		runErr:    make(chan error, 1),
 		ran:       make(chan struct{}),
 		stopHouse: make(chan struct{}),
@@ -115,6 +114,7 @@ func New(opts Options) (*Server, error) {
 		throttle:  tenant.NewThrottle(opts.NodeCapacity, clock.WholeSecond(opts.Now())), // a cluster's nodes tick together
 		logins:    tenant.NewLoginGate(tenant.LoginOptions{Now: opts.Now}),
 		flow:      netmem.New(opts.Logger),
+		slots:     slots.Slots{Log: opts.Logger},
 	}
 	if err := s.open(); err != nil {
 		_ = db.Close()
@@ -207,28 +207,36 @@ func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
 	return gnet.None
 }
 
-// OnOpen admits a connection within max_connections and selects the
-// anonymous bucket for it.
+// OnOpen admits a connection within max_connections or the system band
+// (package slots) and selects the anonymous bucket for it.
 func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
-	if s.currConns.Add(1) > int64(s.limits().MaxConnections) { // while stopping too: onShutdown answers it
-		s.currConns.Add(-1)
-		if ok, more := s.refusedLog.Allow(s.opts.Now()); ok {
-			s.log.Warn("connection refused", "remote", gc.RemoteAddr().String(),
-				"reason", "max_connections", "limit", s.limits().MaxConnections, "more_not_logged", more)
-		}
-		return []byte("ERROR Too many open connections\r\n"), gnet.Close // memcached's words
-	}
-	s.totalConns.Add(1)
-	s.lastOpen.Store(time.Now().UnixNano())
 	remote := ""
 	if a := gc.RemoteAddr(); a != nil {
 		remote = a.String()
 	}
+	lim := s.limits()
+	slot := s.slots.Open(s.opts.Now(), lim.MaxConnections, lim.SystemConnections, tooMany{gc}, remote)
+	if !slot.Held() { // while stopping too: onShutdown answers it
+		return tooManyConns, gnet.Close
+	}
+	s.totalConns.Add(1)
+	s.lastOpen.Store(time.Now().UnixNano())
 	c := newConn(s, gc, remote)
+	c.slot = slot
 	gc.SetContext(c)
 	s.conns.Store(c, struct{}{})
 	c.anonymous()
 	return nil, gnet.None
+}
+
+// tooMany closes a system-band connection for package slots (recycled, or
+// past the login grace) with memcached's answer past max_connections.
+type tooMany struct{ gnet.Conn }
+
+var tooManyConns = []byte("ERROR Too many open connections\r\n")
+
+func (t tooMany) Close() error {
+	return t.AsyncWrite(tooManyConns, func(c gnet.Conn, _ error) error { return c.Close() })
 }
 
 // OnClose releases the connection's state. A batch still in flight finishes
@@ -240,7 +248,7 @@ func (s *Server) OnClose(gc gnet.Conn, _ error) gnet.Action {
 	}
 	s.conns.Delete(c)
 	c.close()
-	s.currConns.Add(-1)
+	s.slots.Close(c.slot)
 	return gnet.None
 }
 
@@ -293,6 +301,7 @@ func (s *Server) housekeeping() {
 		if now.Sub(lastSweep) >= sweepEvery {
 			lastSweep = now
 			s.closeIdle(now.Add(-s.limits().IdleTimeout).UnixNano())
+			s.slots.Expire(now)
 		}
 	}
 }
@@ -334,9 +343,11 @@ func (n node) Parts() observe.Parts {
 
 func (n node) Front() observe.Front {
 	s, lim, f := n.s, n.s.limits(), n.s.flow.Stats()
+	held := s.slots.Stats()
 	return observe.Front{
 		Now: s.opts.Now(), Started: s.started, PID: s.pid, Version: version.Kvd, Threads: s.opts.Loops,
-		Conns: s.currConns.Load(), TotalConns: s.totalConns.Load(), MaxConns: lim.MaxConnections,
+		Conns: int64(held.Ordinary + held.Band), SystemConns: int64(held.Band), TotalConns: s.totalConns.Load(),
+		RefusedConns: held.Refused, MaxConns: lim.MaxConnections,
 		BucketLimit: lim.MetricsBucketLimit, Settings: func() [][2]string { return options.StatSettings(&s.opts, lim) },
 		Buffers: observe.Buffers{Held: f.Held, Limit: lim.MaxBufferBytes, Paused: int64(f.Paused),
 			MemoryPauses: f.MemPauses, OutputPauses: f.OutPauses, InputPauses: f.InPauses, Closed: f.Closed,

@@ -85,4 +85,7 @@ var (
 	ErrInvalidSettings = errors.New("tenant: invalid settings")
 	// ErrInvalidBucketName: a bucket name breaks the naming rule.
 	ErrInvalidBucketName = errors.New("tenant: invalid bucket name")
+	// ErrNotPrivileged: the user has none of the privileges a connection
+	// requires (a connection in the system band).
+	ErrNotPrivileged = errors.New("tenant: not privileged")
 )

@@ -29,6 +29,7 @@ func defaultValues() map[string]any {
 		"write_unit_size":                 tenant.DefaultWriteUnitSize,
 		"max_connections_per_bucket":      options.DefaultMaxConnectionsPerBucket,
 		"max_connections":                 options.DefaultMaxConnections,
+		"system_connections":              options.DefaultSystemConnections,
 		"max_throttle_wait_ms":            options.DefaultMaxThrottleWait.Milliseconds(),
 		"max_item_size":                   options.DefaultMaxItemSize,
 		"max_frame_size":                  options.DefaultMaxFrameSize,
@@ -91,7 +92,7 @@ func sameJSON(t *testing.T, got string, want any) bool {
 // serverOwned are the fields config leaves nil when absent: the daemon
 // passes zero and options.Options.EnsureDefaults applies the default.
 var serverOwned = map[string]bool{
-	"max_connections_per_bucket": true, "max_connections": true, "max_throttle_wait_ms": true,
+	"max_connections_per_bucket": true, "max_connections": true, "system_connections": true, "max_throttle_wait_ms": true,
 	"max_item_size": true, "max_frame_size": true, "idle_timeout_ms": true, "wal_sync": true,
 	"text_protocol": true, "metrics_bucket_limit": true,
 }

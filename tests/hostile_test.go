@@ -427,12 +427,13 @@ func TestHostileInputs(t *testing.T) {
 	}
 }
 
-// TestHostileMaxConnections: with max_connections 5 the sixth connection is
-// told so as memcached tells it and closed, the first five keep working, and closing one frees
-// its slot.
+// TestHostileMaxConnections: with max_connections 5 and no system band the
+// sixth connection is told so as memcached tells it and closed, the first
+// five keep working, and closing one frees its slot. (TestSystemBand has
+// the band.)
 func TestHostileMaxConnections(t *testing.T) {
 	t.Parallel()
-	k := startKVD(t, configWith(t, testConfig, map[string]any{"max_connections": 5}))
+	k := startKVD(t, configWith(t, testConfig, map[string]any{"max_connections": 5, "system_connections": 0}))
 	conns := make([]*rawConn, 5)
 	for i := range conns {
 		conns[i] = dialServed(t, k.Addr, 5*time.Second)

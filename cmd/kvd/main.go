@@ -121,14 +121,16 @@ func run() error {
 	return stopped
 }
 
-// warnOpenFiles logs when the open-file limit holds max_connections below
-// its setting (options.LimitsOf, package fdlimit).
+// warnOpenFiles logs when the open-file limit holds max_connections or
+// the system band below its setting (options.LimitsOf, package fdlimit).
 func warnOpenFiles(log *slog.Logger, o *options.Options) {
 	o.EnsureDefaults()
-	if p := o.OpenFiles; options.LimitsOf(o).MaxConnections < o.MaxConnections && p.Err() == nil {
+	l, p := options.LimitsOf(o), o.OpenFiles
+	if (l.MaxConnections < o.MaxConnections || l.SystemConnections < max(o.SystemConnections, 0)) && p.Err() == nil {
 		log.Warn("max_connections lowered to what the open-file limit allows", "max_connections", o.MaxConnections,
-			"in_force", p.Conns, "open_file_limit", p.Limit, "store_files", p.Store, "listen_backlog", p.Backlog,
-			"raise_with", "ulimit -n, or LimitNOFILE= under systemd")
+			"in_force", l.MaxConnections, "system_connections", max(o.SystemConnections, 0),
+			"system_in_force", l.SystemConnections, "open_file_limit", p.Limit, "store_files", p.Store,
+			"listen_backlog", p.Backlog, "raise_with", "ulimit -n, or LimitNOFILE= under systemd")
 	}
 }
 
@@ -198,6 +200,15 @@ func orZero[T any](p *T) T {
 	return orDefault(p, zero)
 }
 
+// noneIfZero is an int field whose 0 means none (the server's negative)
+// and whose absence the server's default.
+func noneIfZero(p *int) int {
+	if p != nil && *p == 0 {
+		return -1
+	}
+	return orZero(p)
+}
+
 // millis converts a field in milliseconds; 0 (left out) stays 0, the
 // server's default.
 func millis(p *int) time.Duration { return time.Duration(orZero(p)) * time.Millisecond }
@@ -210,6 +221,7 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 		AnonymousBucket:         cfg.AnonymousBucket,
 		DisableText:             !orDefault(cfg.TextProtocol, options.DefaultTextProtocol),
 		MaxConnections:          orZero(cfg.MaxConnections),
+		SystemConnections:       noneIfZero(cfg.SystemConnections),
 		MaxConnectionsPerBucket: orZero(cfg.MaxConnectionsPerBucket),
 		IdleTimeout:             millis(cfg.IdleTimeoutMS),
 		MaxFrameSize:            orZero(cfg.MaxFrameSize),

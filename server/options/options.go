@@ -80,6 +80,11 @@ type Options struct {
 	// MaxConnections bounds open connections node-wide. Default
 	// DefaultMaxConnections; in force at most OpenFiles.Conns (Limits).
 	MaxConnections int
+	// SystemConnections is the system band: connections accepted beyond
+	// MaxConnections that only a privileged user may log in on (package
+	// slots). Default DefaultSystemConnections; negative for none; in force
+	// at most a quarter of OpenFiles.Conns (Limits).
+	SystemConnections int
 	// OpenFiles shares the open-file limit out: Pebble's table files, the
 	// listen backlog and the most connections. Default fdlimit.Current().
 	OpenFiles fdlimit.Plan
@@ -140,6 +145,9 @@ func (o *Options) EnsureDefaults() {
 	orDefault(&o.Loops, runtime.GOMAXPROCS(0))
 	orDefault(&o.DataDir, DefaultDataDir)
 	orDefault(&o.MaxConnections, DefaultMaxConnections)
+	if o.SystemConnections == 0 {
+		o.SystemConnections = DefaultSystemConnections
+	}
 	orDefault(&o.MaxConnectionsPerBucket, DefaultMaxConnectionsPerBucket)
 	if o.OpenFiles.Limit == 0 {
 		o.OpenFiles = fdlimit.Current()
@@ -210,6 +218,7 @@ const (
 	DefaultListen                  = "127.0.0.1:11211"
 	DefaultDataDir                 = "./data"
 	DefaultMaxConnections          = 10000
+	DefaultSystemConnections       = 1000
 	DefaultMaxConnectionsPerBucket = 600
 	DefaultIdleTimeout             = 60 * time.Second
 	DefaultMaxFrameSize            = 20 << 20
@@ -267,6 +276,7 @@ func RestartNeeded(o, next *Options) []string {
 // loops read them through one atomic pointer.
 type Limits struct {
 	MaxConnections          int
+	SystemConnections       int // 0 for none
 	MaxConnectionsPerBucket int
 	IdleTimeout             time.Duration
 	ReadUnitSize            int
@@ -278,13 +288,16 @@ type Limits struct {
 	DisableText             bool // for connections opened from now on
 }
 
-// LimitsOf is o's Limits.
+// LimitsOf is o's Limits. The connections the open-file limit allows
+// (OpenFiles.Conns) go first to the system band, up to a quarter of them,
+// then to max_connections.
 func LimitsOf(o *Options) *Limits {
-	maxConns := o.MaxConnections
+	maxConns, sysConns := o.MaxConnections, max(o.SystemConnections, 0)
 	if o.OpenFiles.Limit > 0 { // EnsureDefaults ran
-		maxConns = min(maxConns, o.OpenFiles.Conns)
+		sysConns = min(sysConns, o.OpenFiles.Conns/4)
+		maxConns = min(maxConns, o.OpenFiles.Conns-sysConns)
 	}
-	return &Limits{MaxConnections: maxConns, MaxConnectionsPerBucket: o.MaxConnectionsPerBucket,
+	return &Limits{MaxConnections: maxConns, SystemConnections: sysConns, MaxConnectionsPerBucket: o.MaxConnectionsPerBucket,
 		IdleTimeout: o.IdleTimeout, ReadUnitSize: o.ReadUnitSize, WriteUnitSize: o.WriteUnitSize,
 		MaxThrottleWait: o.MaxThrottleWait, AnonymousBucket: o.AnonymousBucket,
 		MetricsBucketLimit: o.MetricsBucketLimit, MaxBufferBytes: o.MaxBufferBytes, DisableText: o.DisableText}
@@ -335,7 +348,7 @@ func StatSettings(o *Options, l *Limits) [][2]string {
 		{"num_threads", itoa(o.Loops)}, {"cas_enabled", "yes"}, {"binding_protocol", proto},
 		{"auth_enabled_sasl", "yes"}, {"item_size_max", itoa(o.MaxItemSize)}, {"flush_enabled", "yes"},
 		{"wal_sync", strconv.FormatBool(!o.DisableWALSync)}, {"anonymous_bucket", orNull(l.AnonymousBucket)},
-		{"max_connections_per_bucket", itoa(l.MaxConnectionsPerBucket)},
+		{"max_connections_per_bucket", itoa(l.MaxConnectionsPerBucket)}, {"system_connections", itoa(l.SystemConnections)},
 		{"max_frame_size", itoa(o.MaxFrameSize)}, {"idle_timeout_ms", i64(l.IdleTimeout.Milliseconds())},
 		{"max_buffer_bytes", i64(l.MaxBufferBytes)}, {"item_cache_bytes", i64(o.ItemCacheSize)},
 		{"block_cache_bytes", i64(o.CacheSize)},

@@ -1,0 +1,219 @@
+// Package slots decides which connections the node holds: max_connections
+// ordinary ones, first come first served as in memcached, and beyond them a
+// system band of system_connections (Couchbase's) kept for privileged
+// users, so that a client holding every ordinary slot cannot lock the
+// operators and the internal connections out.
+//
+// A connection the band takes is on probation: it may only log in, and
+// only as a privileged user (the server enforces that). Until it starts a
+// login it waits in the band's line:
+//
+//   - it is closed once it has waited a login grace (Expire);
+//   - when the band is full, a new connection takes the place of the one
+//     that has waited longest (Couchbase's recycle mode, here only for
+//     connections that never tried to log in), so that a flood of idle
+//     connections cannot keep an operator out: the operator's connection
+//     is the newest, and leaves the line as soon as it sends its login.
+//
+// A connection that has started a login (Settle) or logged in keeps its
+// slot until it closes. Slots is safe for concurrent use; its lock is held
+// only while the counts and the line change, never while a connection is
+// closed or a line logged. Refusals, recycling and expiry are logged at
+// most once a second each (lograte).
+package slots
+
+import (
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"kvd/internal/lograte"
+)
+
+// LoginGrace is how long a band connection may wait before it starts its
+// login.
+const LoginGrace = 5 * time.Second
+
+// Slots is a node's connection slots. Log must be set before use.
+type Slots struct {
+	Log *slog.Logger
+
+	mu    sync.Mutex
+	stats Stats
+	line  waiting // band connections that have not started a login, oldest first
+
+	refusedLog, recycledLog lograte.Limiter
+}
+
+// Stats are the slots held and what became of the connections past
+// max_connections.
+type Stats struct {
+	Ordinary, Band int   // slots held
+	Refused        int64 // connections refused: both bands full, none waiting in line
+	Recycled       int64 // band connections closed for a newer one (Open)
+	Expired        int64 // band connections closed after the login grace (Expire)
+}
+
+// Slot is what a connection holds: none (refused), an ordinary slot, or
+// one in the band. Its zero value holds nothing.
+type Slot struct {
+	kind uint8
+	e    *entry // the band's: its place in the line, and whether recycling released it
+}
+
+const (
+	none uint8 = iota
+	ordinary
+	band
+)
+
+// entry is a band connection; its fields are guarded by Slots.mu.
+type entry struct {
+	since      time.Time
+	conn       io.Closer
+	remote     string
+	prev, next *entry
+	inLine     bool
+	released   bool // recycled or expired: its slot was freed then, not at Close
+}
+
+// Held reports whether the slot was granted.
+func (s Slot) Held() bool { return s.kind != none }
+
+// Band reports whether the slot is in the system band.
+func (s Slot) Band() bool { return s.kind == band }
+
+// Open grants conn, from remote, a slot: an ordinary one while fewer than
+// max are held, else one in a band of size sys. With the band full, the
+// band connection that has waited longest without starting a login is
+// closed to make room (recycled); with none waiting the slot is not held
+// and conn is to be refused.
+func (s *Slots) Open(now time.Time, max, sys int, conn io.Closer, remote string) Slot {
+	var slot Slot
+	var recycled *entry
+	s.mu.Lock()
+	switch st := &s.stats; {
+	case st.Ordinary < max:
+		st.Ordinary++
+		slot.kind = ordinary
+	case st.Band < sys || sys > 0 && s.line.head != nil:
+		if st.Band >= sys {
+			recycled = s.line.head
+			s.release(recycled)
+			st.Recycled++
+		}
+		st.Band++
+		slot = Slot{kind: band, e: &entry{since: now, conn: conn, remote: remote}}
+		s.line.push(slot.e)
+	default:
+		st.Refused++
+	}
+	s.mu.Unlock()
+	switch {
+	case recycled != nil:
+		_ = recycled.conn.Close()
+		s.logf(&s.recycledLog, now, "system band full: closed the connection that waited longest without a login",
+			max, sys, "remote", recycled.remote, "for", remote)
+	case !slot.Held():
+		s.logf(&s.refusedLog, now, "connection refused", max, sys, "remote", remote)
+	}
+	return slot
+}
+
+func (s *Slots) logf(l *lograte.Limiter, now time.Time, msg string, max, sys int, args ...any) {
+	if ok, more := l.Allow(now); ok {
+		s.Log.Warn(msg, append(args, "reason", "max_connections", "limit", max,
+			"system_connections", sys, "more_not_logged", more)...)
+	}
+}
+
+// Settle takes a band connection out of the line: it has started a login,
+// which either makes it a privileged connection or closes it.
+func (s *Slots) Settle(slot Slot) {
+	if slot.kind != band {
+		return
+	}
+	s.mu.Lock()
+	if slot.e.inLine {
+		s.line.remove(slot.e)
+	}
+	s.mu.Unlock()
+}
+
+// Close frees the slot of a connection that closed.
+func (s *Slots) Close(slot Slot) {
+	s.mu.Lock()
+	switch slot.kind {
+	case ordinary:
+		s.stats.Ordinary--
+	case band:
+		if !slot.e.released {
+			s.release(slot.e)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// Expire closes the band connections that have waited in the line for
+// the login grace at now, and returns how many.
+func (s *Slots) Expire(now time.Time) int {
+	var expired []io.Closer
+	s.mu.Lock()
+	for e := s.line.head; e != nil && now.Sub(e.since) >= LoginGrace; e = s.line.head {
+		s.release(e)
+		expired = append(expired, e.conn)
+	}
+	s.stats.Expired += int64(len(expired))
+	s.mu.Unlock()
+	for _, c := range expired {
+		_ = c.Close()
+	}
+	if len(expired) > 0 {
+		s.Log.Info("closed system-band connections", "count", len(expired), "reason", "no login within the grace", "grace", LoginGrace)
+	}
+	return len(expired)
+}
+
+// Stats returns the slots held and the counts.
+func (s *Slots) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// release frees e's band slot now (its connection is closing).
+func (s *Slots) release(e *entry) {
+	if e.inLine {
+		s.line.remove(e)
+	}
+	e.released = true
+	s.stats.Band--
+}
+
+// waiting is the band's line: a doubly linked list of entries.
+type waiting struct{ head, tail *entry }
+
+func (w *waiting) push(e *entry) {
+	e.prev, e.next, e.inLine = w.tail, nil, true
+	if w.tail != nil {
+		w.tail.next = e
+	} else {
+		w.head = e
+	}
+	w.tail = e
+}
+
+func (w *waiting) remove(e *entry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		w.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		w.tail = e.prev
+	}
+	e.prev, e.next, e.inLine = nil, nil, false
+}
