@@ -36,7 +36,7 @@ var allowedImports = map[string][]string{
 	"kvd/server": {"kvd/work", "kvd/command", "kvd/catalog", "kvd/protocol/binary", "kvd/protocol/text",
 		"kvd/protocol/translate", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/probe", "kvd/gauge", "kvd/netmem",
 		"kvd/observe", "kvd/latency", "kvd/internal/clock", "kvd/internal/fdlimit", "kvd/internal/gnetlog", "kvd/internal/lograte", "kvd/internal/version", "kvd/server/options", "kvd/slots", "github.com/panjf2000/gnet/v2"},
-	"kvd/slots": {"kvd/internal/lograte"},
+	"kvd/slots":          {"kvd/internal/lograte"},
 	"kvd/server/options": {"kvd/catalog", "kvd/engine", "kvd/ingress", "kvd/internal/clock", "kvd/internal/fdlimit", "kvd/netmem", "kvd/tenant"},
 	"kvd/observe": {"kvd/catalog", "kvd/ingress", "kvd/tenant", "kvd/engine", "kvd/gauge", "kvd/latency",
 		"github.com/prometheus/client_golang", "github.com/prometheus/client_model"},
