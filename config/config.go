@@ -113,7 +113,7 @@ type File struct {
 	WriteUnitSize                int    `json:"write_unit_size"`                      // bytes per WU, tenant.DefaultWriteUnitSize
 	MaxConnectionsPerBucket      *int   `json:"max_connections_per_bucket,omitempty"` // nil: options.DefaultMaxConnectionsPerBucket
 	MaxConnections               *int   `json:"max_connections,omitempty"`            // nil: options.DefaultMaxConnections
-	SystemConnections            *int   `json:"system_connections,omitempty"`         // nil: options.DefaultSystemConnections; 0 = none
+	SystemConnections            *int   `json:"system_connections,omitempty"`         // nil: a tenth of max_connections; 0 = none
 	MaxThrottleWaitMS            *int   `json:"max_throttle_wait_ms,omitempty"`       // nil: options.DefaultMaxThrottleWait
 	MaxItemSize                  *int   `json:"max_item_size,omitempty"`              // nil: options.DefaultMaxItemSize
 	MaxFrameSize                 *int   `json:"max_frame_size,omitempty"`             // nil: options.DefaultMaxFrameSize

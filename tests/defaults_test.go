@@ -29,7 +29,6 @@ func defaultValues() map[string]any {
 		"write_unit_size":                 tenant.DefaultWriteUnitSize,
 		"max_connections_per_bucket":      options.DefaultMaxConnectionsPerBucket,
 		"max_connections":                 options.DefaultMaxConnections,
-		"system_connections":              options.DefaultSystemConnections,
 		"max_throttle_wait_ms":            options.DefaultMaxThrottleWait.Milliseconds(),
 		"max_item_size":                   options.DefaultMaxItemSize,
 		"max_frame_size":                  options.DefaultMaxFrameSize,
@@ -92,17 +91,18 @@ func sameJSON(t *testing.T, got string, want any) bool {
 // serverOwned are the fields config leaves nil when absent: the daemon
 // passes zero and options.Options.EnsureDefaults applies the default.
 var serverOwned = map[string]bool{
-	"max_connections_per_bucket": true, "max_connections": true, "system_connections": true, "max_throttle_wait_ms": true,
+	"max_connections_per_bucket": true, "max_connections": true, "max_throttle_wait_ms": true,
 	"max_item_size": true, "max_frame_size": true, "idle_timeout_ms": true, "wal_sync": true,
 	"text_protocol": true, "metrics_bucket_limit": true,
 }
 
 // computedAtStart are the fields whose default the daemon computes when it
 // starts (max_inflight_bytes: a quarter of physical memory; max_buffer_bytes:
-// an eighth, options.DefaultMaxBufferBytes): there is no
+// an eighth, options.DefaultMaxBufferBytes; system_connections: a tenth of
+// max_connections): there is no
 // constant to compare, and the shipped file and config.Default leave them
 // out (an explicit value, 0 included, overrides the computed one).
-var computedAtStart = map[string]bool{"max_inflight_bytes": true, "max_buffer_bytes": true}
+var computedAtStart = map[string]bool{"max_inflight_bytes": true, "max_buffer_bytes": true, "system_connections": true}
 
 func checkDefaults(t *testing.T, what string, leaves map[string]string, all bool) {
 	t.Helper()

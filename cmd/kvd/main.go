@@ -126,9 +126,12 @@ func run() error {
 func warnOpenFiles(log *slog.Logger, o *options.Options) {
 	o.EnsureDefaults()
 	l, p := options.LimitsOf(o), o.OpenFiles
-	if (l.MaxConnections < o.MaxConnections || l.SystemConnections < max(o.SystemConnections, 0)) && p.Err() == nil {
-		log.Warn("max_connections lowered to what the open-file limit allows", "max_connections", o.MaxConnections,
-			"in_force", l.MaxConnections, "system_connections", max(o.SystemConnections, 0),
+	unbound := *o
+	unbound.OpenFiles.Limit = 0 // LimitsOf then applies no open-file limit
+	want := options.LimitsOf(&unbound)
+	if (l.MaxConnections < want.MaxConnections || l.SystemConnections < want.SystemConnections) && p.Err() == nil {
+		log.Warn("max_connections lowered to what the open-file limit allows", "max_connections", want.MaxConnections,
+			"in_force", l.MaxConnections, "system_connections", want.SystemConnections,
 			"system_in_force", l.SystemConnections, "open_file_limit", p.Limit, "store_files", p.Store,
 			"listen_backlog", p.Backlog, "raise_with", "ulimit -n, or LimitNOFILE= under systemd")
 	}

@@ -82,8 +82,9 @@ type Options struct {
 	MaxConnections int
 	// SystemConnections is the system band: connections accepted beyond
 	// MaxConnections that only a privileged user may log in on (package
-	// slots). Default DefaultSystemConnections; negative for none; in force
-	// at most a quarter of OpenFiles.Conns (Limits).
+	// slots). Zero for the default, a tenth of MaxConnections (so none
+	// below 10, memcached's behaviour); negative for none; in force at most
+	// a quarter of OpenFiles.Conns (Limits).
 	SystemConnections int
 	// OpenFiles shares the open-file limit out: Pebble's table files, the
 	// listen backlog and the most connections. Default fdlimit.Current().
@@ -145,9 +146,6 @@ func (o *Options) EnsureDefaults() {
 	orDefault(&o.Loops, runtime.GOMAXPROCS(0))
 	orDefault(&o.DataDir, DefaultDataDir)
 	orDefault(&o.MaxConnections, DefaultMaxConnections)
-	if o.SystemConnections == 0 {
-		o.SystemConnections = DefaultSystemConnections
-	}
 	orDefault(&o.MaxConnectionsPerBucket, DefaultMaxConnectionsPerBucket)
 	if o.OpenFiles.Limit == 0 {
 		o.OpenFiles = fdlimit.Current()
@@ -218,7 +216,6 @@ const (
 	DefaultListen                  = "127.0.0.1:11211"
 	DefaultDataDir                 = "./data"
 	DefaultMaxConnections          = 10000
-	DefaultSystemConnections       = 1000
 	DefaultMaxConnectionsPerBucket = 600
 	DefaultIdleTimeout             = 60 * time.Second
 	DefaultMaxFrameSize            = 20 << 20
@@ -293,6 +290,9 @@ type Limits struct {
 // then to max_connections.
 func LimitsOf(o *Options) *Limits {
 	maxConns, sysConns := o.MaxConnections, max(o.SystemConnections, 0)
+	if o.SystemConnections == 0 {
+		sysConns = o.MaxConnections / 10
+	}
 	if o.OpenFiles.Limit > 0 { // EnsureDefaults ran
 		sysConns = min(sysConns, o.OpenFiles.Conns/4)
 		maxConns = min(maxConns, o.OpenFiles.Conns-sysConns)
