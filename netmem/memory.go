@@ -27,20 +27,25 @@ func DefaultBudget() int64 {
 // of the machine's MemTotal and the cgroup v2 memory.max, 0 when neither
 // can be read. The node's memory budgets are shares of it.
 func MemoryLimit() int64 {
+	meminfo, _ := os.ReadFile("/proc/meminfo")
+	cgroupMax, _ := os.ReadFile("/sys/fs/cgroup/memory.max")
+	return memoryLimitOf(meminfo, cgroupMax)
+}
+
+// memoryLimitOf is MemoryLimit of the two files' contents (nil when one
+// cannot be read; memory.max says "max" without a limit).
+func memoryLimitOf(meminfo, cgroupMax []byte) int64 {
 	var total int64
-	if raw, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(raw), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
+	for _, line := range strings.Split(string(meminfo), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "MemTotal:" && f[2] == "kB" {
+			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil && kb > 0 {
 				total = kb << 10
 			}
 		}
 	}
-	if raw, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
-		if lim, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64); err == nil && lim > 0 &&
-			(total == 0 || lim < total) {
-			total = lim
-		}
+	if lim, err := strconv.ParseInt(strings.TrimSpace(string(cgroupMax)), 10, 64); err == nil && lim > 0 &&
+		(total == 0 || lim < total) {
+		total = lim
 	}
 	return total
 }

@@ -83,6 +83,8 @@ type kvd struct {
 	StartWait time.Duration
 	// OpenFiles, when set, is kvd's open-file limit (ulimit -n, soft and hard).
 	OpenFiles int
+	// Env is added to kvd's environment ("NAME=value").
+	Env []string
 }
 
 // testConfig is the config most tests use: an anonymous "default" bucket,
@@ -149,6 +151,9 @@ func (k *kvd) startOnce(args ...string) error {
 	k.cmd = exec.Command(kvdBin, all...)
 	if k.OpenFiles > 0 {
 		k.cmd = exec.Command("sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, k.OpenFiles), kvdBin}, all...)...)
+	}
+	if len(k.Env) > 0 {
+		k.cmd.Env = append(os.Environ(), k.Env...)
 	}
 	k.log = new(lockedBuffer)
 	k.cmd.Stdout, k.cmd.Stderr = k.log, k.log

@@ -15,6 +15,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -65,6 +66,7 @@ func run() error {
 		return err
 	}
 	log.Info("config loaded", "source", source)
+	setGoMemoryLimit(log)
 	opts := serverOptions(cfg, *listen, *dataDir, log)
 	if opts.Cluster, err = clusterOptions(*clusterEndpoints, *nodeName, *listen, log); err != nil {
 		return err
@@ -119,6 +121,20 @@ func run() error {
 		log.Error("shutdown after the listener stopped", "err", err)
 	}
 	return stopped
+}
+
+// setGoMemoryLimit sets the Go runtime's soft memory limit to
+// options.GoMemoryLimit, unless the GOMEMLIMIT environment variable has set
+// one (the runtime applies it; "off" keeps none).
+func setGoMemoryLimit(log *slog.Logger) {
+	if env := os.Getenv("GOMEMLIMIT"); env != "" {
+		log.Info("go memory limit", "from", "GOMEMLIMIT", "value", env)
+		return
+	}
+	if lim := options.GoMemoryLimit(); lim > 0 {
+		debug.SetMemoryLimit(lim)
+		log.Info("go memory limit", "bytes", lim, "of", "nine tenths of the memory (MemTotal, or the cgroup's memory.max if lower)")
+	}
 }
 
 // warnOpenFiles logs when the open-file limit holds max_connections or
@@ -244,7 +260,7 @@ func serverOptions(cfg *config.File, listen, dataDir string, log *slog.Logger) s
 			HardLimit: int64(cfg.DefaultThrottleHardLimit),
 		},
 	}
-	opts.Ingress.MaxInflightBytes = inflightBytes(cfg.MaxInflightBytes, defaultInflightBytes())
+	opts.Ingress.MaxInflightBytes = inflightBytes(cfg.MaxInflightBytes, options.DefaultMaxInflightBytes())
 	for _, b := range cfg.Buckets {
 		opts.Buckets = append(opts.Buckets, server.BucketSpec{Name: b.Name, Settings: bucketSettings(b, opts.DefaultSettings)})
 	}

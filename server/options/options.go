@@ -247,6 +247,18 @@ func DefaultBlockCacheSize() int64 { return engine.BlockCacheSizeFor(netmem.Memo
 // of the memory kvd may use (netmem.DefaultBudget).
 func DefaultMaxBufferBytes() int64 { return netmem.DefaultBudget() }
 
+// DefaultMaxInflightBytes is max_inflight_bytes by default: a quarter of
+// the memory kvd may use (netmem.MemoryLimit: the machine's, or the
+// cgroup's if lower), 0 (no limit) where that cannot be read.
+func DefaultMaxInflightBytes() int64 { return netmem.MemoryLimit() / 4 }
+
+// GoMemoryLimit is the Go runtime's soft memory limit kvd sets at start
+// unless GOMEMLIMIT says otherwise: nine tenths of the memory kvd may use,
+// so that the garbage collector works harder before the machine or the
+// cgroup runs out, not after (its default is no limit: the heap may grow to
+// twice what is live). 0 where the memory cannot be read.
+func GoMemoryLimit() int64 { return netmem.MemoryLimit() / 10 * 9 }
+
 // RestartNeeded lists the settings of next that differ from the running
 // ones (o) but take effect only at start.
 func RestartNeeded(o, next *Options) []string {
