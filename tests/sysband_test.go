@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -202,5 +204,41 @@ func TestSystemBandFlood(t *testing.T) {
 		case band == 0 && got != "":
 			t.Errorf("system_connections 0: the admin got in through the flood; the test does not flood")
 		}
+	}
+}
+
+// TestSystemBandReload: a reload that takes a user's last privilege away
+// closes that user's connections in the system band (the band is the
+// privileged users'), and leaves the user's ordinary connection open.
+func TestSystemBandReload(t *testing.T) {
+	t.Parallel()
+	cfg := func(privileges string) string {
+		return `{"anonymous_bucket": "default", "max_connections": 1, "system_connections": 2,
+  "buckets": [{"name": "default"}],
+  "users": [{"name": "ops", "password": "ops-pw", "buckets": ["*"], "privileges": [` + privileges + `]}]}`
+	}
+	k := startKVD(t, cfg(`"Stats"`))
+	ordinary := dialServed(t, k.Addr, 5*time.Second)
+	ordinary.auth("ops", "ops-pw")
+	if st := ordinary.selectBucket("default"); st != mc.StatusOK {
+		t.Fatalf("SELECT_BUCKET default: 0x%02x", uint16(st))
+	}
+	band := dialRaw(t, k.Addr)
+	band.auth("ops", "ops-pw")
+	if s := band.statGroup(""); s["system_connections"] != "1" {
+		t.Fatalf("STAT system_connections %q after the band login, want 1", s["system_connections"])
+	}
+	if err := os.WriteFile(k.Config, []byte(cfg("")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = k.cmd.Process.Signal(syscall.SIGHUP)
+	waitLog(t, k, "config reloaded", 1, 10*time.Second)
+	band.send(noop()) // a connection applies a reload before its next command
+	if data, closed := band.drainUntilClosed(5 * time.Second); !closed {
+		t.Errorf("the band connection stayed open after its user lost the last privilege (read %q)", data)
+	}
+	ordinary.expectStatus("the ordinary connection after the reload", set("k", "v"), mc.StatusOK)
+	if !strings.Contains(k.Log(), `"privileges changed" by=config`) {
+		t.Errorf("no \"privileges changed\" line in kvd's log")
 	}
 }
