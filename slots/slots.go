@@ -50,7 +50,7 @@ type Slots struct {
 // max_connections.
 type Stats struct {
 	Ordinary, Band int   // slots held
-	Refused        int64 // connections refused: both bands full, none waiting in line
+	Refused        int64 // connections refused: max_connections and the band full, none in line
 	Recycled       int64 // band connections closed for a newer one (Open)
 	Expired        int64 // band connections closed after the login grace (Expire)
 }
@@ -113,15 +113,16 @@ func (s *Slots) Open(now time.Time, max, sys int, conn io.Closer, remote string)
 	switch {
 	case recycled != nil:
 		_ = recycled.conn.Close()
-		s.logf(&s.recycledLog, now, "system band full: closed the connection that waited longest without a login",
+		s.warn(&s.recycledLog, now, "system band full: closed the connection that waited longest without a login",
 			max, sys, "remote", recycled.remote, "for", remote)
 	case !slot.Held():
-		s.logf(&s.refusedLog, now, "connection refused", max, sys, "remote", remote)
+		s.warn(&s.refusedLog, now, "connection refused", max, sys, "remote", remote)
 	}
 	return slot
 }
 
-func (s *Slots) logf(l *lograte.Limiter, now time.Time, msg string, max, sys int, args ...any) {
+// warn logs msg at most once a second (l), with the limits in force.
+func (s *Slots) warn(l *lograte.Limiter, now time.Time, msg string, max, sys int, args ...any) {
 	if ok, more := l.Allow(now); ok {
 		s.Log.Warn(msg, append(args, "reason", "max_connections", "limit", max,
 			"system_connections", sys, "more_not_logged", more)...)
