@@ -23,6 +23,7 @@
 package slots
 
 import (
+	"container/list"
 	"io"
 	"log/slog"
 	"sync"
@@ -41,7 +42,7 @@ type Slots struct {
 
 	mu    sync.Mutex
 	stats Stats
-	line  waiting // band connections that have not started a login, oldest first
+	line  list.List // band connections (*entry) that have not started a login, oldest first
 
 	refusedLog, recycledLog lograte.Limiter
 }
@@ -70,12 +71,11 @@ const (
 
 // entry is a band connection; its fields are guarded by Slots.mu.
 type entry struct {
-	since      time.Time
-	conn       io.Closer
-	remote     string
-	prev, next *entry
-	inLine     bool
-	released   bool // recycled or expired: its slot was freed then, not at Close
+	since    time.Time
+	conn     io.Closer
+	remote   string
+	inLine   *list.Element // its place in Slots.line; nil once out of it
+	released bool          // recycled or expired: its slot was freed then, not at Close
 }
 
 // Held reports whether the slot was granted.
@@ -97,15 +97,15 @@ func (s *Slots) Open(now time.Time, max, sys int, conn io.Closer, remote string)
 	case st.Ordinary < max:
 		st.Ordinary++
 		slot.kind = ordinary
-	case st.Band < sys || sys > 0 && s.line.head != nil:
+	case st.Band < sys || sys > 0 && s.line.Len() > 0:
 		if st.Band >= sys {
-			recycled = s.line.head
+			recycled = s.line.Front().Value.(*entry)
 			s.release(recycled)
 			st.Recycled++
 		}
 		st.Band++
 		slot = Slot{kind: band, e: &entry{since: now, conn: conn, remote: remote}}
-		s.line.push(slot.e)
+		slot.e.inLine = s.line.PushBack(slot.e)
 	default:
 		st.Refused++
 	}
@@ -136,9 +136,7 @@ func (s *Slots) Settle(slot Slot) {
 		return
 	}
 	s.mu.Lock()
-	if slot.e.inLine {
-		s.line.remove(slot.e)
-	}
+	s.leaveLine(slot.e)
 	s.mu.Unlock()
 }
 
@@ -161,7 +159,11 @@ func (s *Slots) Close(slot Slot) {
 func (s *Slots) Expire(now time.Time) int {
 	var expired []io.Closer
 	s.mu.Lock()
-	for e := s.line.head; e != nil && now.Sub(e.since) >= LoginGrace; e = s.line.head {
+	for s.line.Len() > 0 {
+		e := s.line.Front().Value.(*entry)
+		if now.Sub(e.since) < LoginGrace {
+			break
+		}
 		s.release(e)
 		expired = append(expired, e.conn)
 	}
@@ -185,36 +187,15 @@ func (s *Slots) Stats() Stats {
 
 // release frees e's band slot now (its connection is closing).
 func (s *Slots) release(e *entry) {
-	if e.inLine {
-		s.line.remove(e)
-	}
+	s.leaveLine(e)
 	e.released = true
 	s.stats.Band--
 }
 
-// waiting is the band's line: a doubly linked list of entries.
-type waiting struct{ head, tail *entry }
-
-func (w *waiting) push(e *entry) {
-	e.prev, e.next, e.inLine = w.tail, nil, true
-	if w.tail != nil {
-		w.tail.next = e
-	} else {
-		w.head = e
+// leaveLine takes e out of the line if it is in it.
+func (s *Slots) leaveLine(e *entry) {
+	if e.inLine != nil {
+		s.line.Remove(e.inLine)
+		e.inLine = nil
 	}
-	w.tail = e
-}
-
-func (w *waiting) remove(e *entry) {
-	if e.prev != nil {
-		e.prev.next = e.next
-	} else {
-		w.head = e.next
-	}
-	if e.next != nil {
-		e.next.prev = e.prev
-	} else {
-		w.tail = e.prev
-	}
-	e.prev, e.next, e.inLine = nil, nil, false
 }
