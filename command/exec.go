@@ -229,6 +229,12 @@ func IsData(op binary.Opcode) bool {
 	return false
 }
 
+// IsLogin reports whether op belongs to a login: HELLO and the SASL
+// commands, what a connection in the system band may send before it.
+func IsLogin(op binary.Opcode) bool {
+	return op == binary.OpHello || op == binary.OpSASLListMechs || op == binary.OpSASLAuth
+}
+
 // PoolOf is the ticket pool of a data command: reads from the read pool,
 // every mutation (TOUCH and GAT included) from the write pool.
 func PoolOf(op binary.Opcode) ingress.Pool {

@@ -412,6 +412,10 @@ func (c *conn) handle(req *binary.Request) bool {
 		c.replyError(req, status, reason)
 		return true
 	}
+	if c.user == nil && c.slot.Band() && !command.IsLogin(req.Opcode) { // past max_connections: memcached's answer
+		c.out, c.quitting = append(c.out, tooManyConns...), true
+		return true
+	}
 	if command.IsData(req.Opcode) {
 		return c.runData(req)
 	}
@@ -445,9 +449,6 @@ func (c *conn) precheck(req *binary.Request) (binary.Status, string) {
 		}
 	}
 	if c.bucket == nil {
-		if c.user == nil && c.slot.Band() {
-			return binary.StatusAccessDenied, bandReason
-		}
 		if c.user == nil && c.srv.limits().AnonymousBucket == "" {
 			return binary.StatusAccessDenied, "authenticate first: no anonymous access"
 		}

@@ -93,7 +93,7 @@ func (c *conn) decodeText() int {
 func (c *conn) admitText(partial int) bool {
 	frame, budget := c.txt.Need(), c.srv.limits().MaxBufferBytes
 	if c.loggedOut() && max(frame, partial) > binary.MaxSmallValue { // a login is a set of "<user> <password>"
-		c.out, c.quitting = text.AppendClientError(c.out, c.loginFirst()), true
+		c.refuseLogin(true)
 		return true
 	}
 	if frame == 0 && partial > netmem.SmallFrame {
@@ -126,12 +126,15 @@ func (c *conn) peekText() []byte {
 	return buf
 }
 
-// loginFirst is the reason of every refusal before a text login.
-func (c *conn) loginFirst() string {
+// refuseLogin answers a text command before the login that is not one:
+// memcached -Y's CLIENT_ERROR, closing with quit, or in the system band
+// memcached's answer past max_connections, which closes.
+func (c *conn) refuseLogin(quit bool) {
 	if c.slot.Band() {
-		return bandReason
+		c.out, c.quitting = append(c.out, tooManyConns...), true
+		return
 	}
-	return "unauthenticated"
+	c.out, c.quitting = text.AppendClientError(c.out, "unauthenticated"), c.quitting || quit
 }
 
 // loggedOut reports whether the text connection must log in first
@@ -172,7 +175,7 @@ func (c *conn) handleText() bool {
 		case c.collect != nil:
 			return false
 		case t.Held(): // a malformed command before the login closes (memcached -Y keeps it): nothing is buffered
-			c.out, c.quitting = text.AppendClientError(c.out, c.loginFirst()), true
+			c.refuseLogin(true)
 		default:
 			c.textAuth(t.Command())
 		}

@@ -18,10 +18,6 @@ import (
 	"kvd/work"
 )
 
-// bandReason is why a connection in the system band (package slots) is
-// refused anything but a privileged user's login.
-const bandReason = "too many open connections (max_connections): this one is in the system band, where only a privileged user may log in"
-
 // noBucketName deselects the current bucket in SELECT_BUCKET (Couchbase's
 // convention).
 const noBucketName = "@no bucket@"
@@ -103,8 +99,8 @@ func (c *conn) startLogin(b *work.Batch, name string, password []byte, anyBucket
 	c.queued = c.srv.logins.Submit(c.remote, c.box.Gone, func() bool {
 		gen := c.srv.usersGen.Load() // the users this login is checked against
 		user, err := c.srv.users.Authenticate(name, password)
-		if err == nil && c.slot.Band() && user.Privileges == 0 {
-			err = fmt.Errorf("%w: %s", tenant.ErrNotPrivileged, bandReason)
+		if err == nil && c.slot.Band() && user.Privileges == 0 { // the system band (package slots) is the privileged users'
+			err = fmt.Errorf("%w: too many open connections (max_connections): this one is in the system band, where only a privileged user may log in", tenant.ErrNotPrivileged)
 		}
 		if err != nil {
 			c.srv.log.Warn("login refused", "user", name, "remote", c.remote, "system_band", c.slot.Band())
@@ -177,7 +173,7 @@ func (c *conn) noBucketReason() string {
 // canSelect reports whether the connection may select the bucket name.
 func (c *conn) canSelect(name string) bool {
 	if c.user == nil {
-		return name == c.srv.limits().AnonymousBucket && !c.slot.Band()
+		return name == c.srv.limits().AnonymousBucket
 	}
 	return c.user.CanSelect(name)
 }
@@ -333,7 +329,7 @@ func (c *conn) textControl(cmd *text.Command) {
 // other commands, "bad authentication token format", "authentication failure".
 func (c *conn) textAuth(cmd *text.Command) {
 	if cmd.Kind != text.KindSet {
-		c.out = text.AppendClientError(c.out, c.loginFirst())
+		c.refuseLogin(false)
 		return
 	}
 	name, password := translate.LoginTokens(cmd.Value)
@@ -343,13 +339,11 @@ func (c *conn) textAuth(cmd *text.Command) {
 	}
 	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
 	c.startLogin(b, string(name), bytes.Clone(password), true, func(err error) {
-		if errors.Is(err, tenant.ErrNotPrivileged) {
-			b.Out = text.AppendClientError(b.Out, bandReason)
-		} else if err != nil {
+		if err != nil {
 			b.Out = text.AppendClientError(b.Out, "authentication failure")
-		} else {
-			b.Out = append(b.Out, "STORED\r\n"...)
+			return
 		}
+		b.Out = append(b.Out, "STORED\r\n"...)
 	})
 }
 

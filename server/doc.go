@@ -34,9 +34,8 @@
 //
 // control.go answers HELLO, SASL (tenant.LoginGate), SELECT_BUCKET, STAT, FLUSH and the admin
 // commands (catalog.Prepare, applied on a worker), and applies a reload to each connection
-// (revalidate). reply.go encodes the loop's own replies. server.go wires gnet (OnOpen takes a
-// connection slot: package slots) and the housekeeping goroutine; reload.go applies a reloaded
-// config; shutdown.go drains.
+// (revalidate). reply.go encodes the loop's own replies. server.go wires gnet (a connection's
+// slot: package slots) and the housekeeping; reload.go applies a reload; shutdown.go drains.
 //
 // Beside every command, the connection records its end-to-end, parked and queued time (latency.Log)
 // and reports what it holds in input and replies to the network memory budget (package netmem).

@@ -15,7 +15,7 @@ import (
 	mc "kvd/protocol/binary"
 )
 
-// bandReason is what kvd answers a system-band connection's commands.
+// bandReason is what kvd answers an ordinary user's login in the system band.
 const bandReason = "too many open connections (max_connections): this one is in the system band, where only a privileged user may log in"
 
 // TestSystemBand: a client holding every one of max_connections does not
@@ -23,16 +23,19 @@ const bandReason = "too many open connections (max_connections): this one is in 
 // system band (system_connections), where only a privileged user's login
 // is served:
 //
-//   - before a login, a data command gets 0x24 with the reason, even with
-//     an anonymous bucket, and the anonymous bucket cannot be selected;
-//   - an ordinary user's login is refused (0x24) and the connection closed;
+//   - HELLO and SASL_LIST_MECHS are answered; any other command before a
+//     login gets memcached's answer past max_connections, ERROR Too many
+//     open connections, and the connection is closed, even with an
+//     anonymous bucket (a memcached client sees what memcached would show it);
+//   - an ordinary user's login is refused (0x24, with the reason) and the
+//     connection closed;
 //   - the admin's login works, and the admin's commands are served;
 //   - with the band full, a new connection takes the place of the one that
 //     waited longest without a login, which gets memcached's ERROR line;
 //   - a band connection that never logs in is closed after the grace (5 s);
 //   - with the band full of logged-in connections, a new one is refused;
-//   - a text connection in the band is told why, and a text login as an
-//     ordinary user is refused and closed.
+//   - a text connection in the band gets the ERROR line too, and a text
+//     login as an ordinary user is refused and closed.
 func TestSystemBand(t *testing.T) {
 	t.Parallel()
 	k := startKVD(t, configWith(t, testConfig, map[string]any{"max_connections": 3, "system_connections": 3}))
@@ -43,14 +46,18 @@ func TestSystemBand(t *testing.T) {
 		ordinary = append(ordinary, c)
 	}
 
-	// A band connection, not logged in: only control commands.
+	// A band connection, not logged in: the login's commands only.
 	idle := dialRaw(t, k.Addr)
-	idle.expectStatus("NOOP in the band", noop(), mc.StatusOK)
-	if res := idle.expectStatus("GET in the band before a login", get("held"), mc.StatusAccessDenied); string(res.Value) != bandReason {
-		t.Errorf("GET in the band: reason %q, want %q", res.Value, bandReason)
+	idle.expectStatus("HELLO in the band", hello(), mc.StatusOK)
+	if res := idle.expectStatus("SASL_LIST_MECHS in the band", &mc.Request{Magic: mc.MagicRequest, Opcode: mc.OpSASLListMechs}, mc.StatusOK); string(res.Value) != "PLAIN" {
+		t.Errorf("SASL_LIST_MECHS in the band: %q", res.Value)
 	}
-	if st := idle.selectBucket("default"); st != mc.StatusAccessDenied {
-		t.Errorf("SELECT_BUCKET of the anonymous bucket in the band: status 0x%02x, want 0x24", uint16(st))
+	for _, r := range []*mc.Request{get("held"), noop(), {Magic: mc.MagicRequest, Opcode: mc.OpSelectBucket, Key: []byte("default")}} {
+		c := dialRaw(t, k.Addr)
+		c.send(r)
+		if data, closed := c.drainUntilClosed(5 * time.Second); !closed || string(data) != "ERROR Too many open connections\r\n" {
+			t.Errorf("%v in the band before a login: closed %v after %q; want memcached's ERROR line and closed", r.Opcode, closed, data)
+		}
 	}
 
 	// An ordinary user's login in the band is refused, and closes it.
@@ -81,9 +88,9 @@ func TestSystemBand(t *testing.T) {
 	// the oldest without a login.
 	opened := time.Now()
 	waiting := dialRaw(t, k.Addr)
-	waiting.expectStatus("NOOP on the second idle band connection", noop(), mc.StatusOK)
+	waiting.expectStatus("HELLO on the second idle band connection", hello(), mc.StatusOK)
 	fourth := dialRaw(t, k.Addr)
-	fourth.expectStatus("NOOP on the connection that took a place", noop(), mc.StatusOK)
+	fourth.expectStatus("HELLO on the connection that took a place", hello(), mc.StatusOK)
 	if data, closed := idle.drainUntilClosed(5 * time.Second); !closed || string(data) != "ERROR Too many open connections\r\n" {
 		t.Errorf("the oldest idle band connection: closed %v after %q; want memcached's ERROR line and closed", closed, data)
 	}
@@ -112,12 +119,17 @@ func TestSystemBand(t *testing.T) {
 		t.Errorf("STAT rejected_connections %s, system_connections %s; want 1 and 3", s["rejected_connections"], s["system_connections"])
 	}
 
-	// Text: the band says why, and a text login as alice closes it.
+	// Text: memcached's ERROR line, and a text login as alice closes it.
 	_ = admins[2].nc.Close()
 	waitFor(t, 5*time.Second, "a band place for a text connection", func() bool { return admin.statGroup("")["system_connections"] == "2" })
 	txt := dialText(t, k.Addr)
-	txt.call("get in the band", "get held\r\n", "CLIENT_ERROR "+bandReason)
-	txt.call("alice's text login in the band", "set auth 0 0 14\r\nalice alice-pw\r\n", "CLIENT_ERROR "+bandReason)
+	txt.call("get in the band", "get held\r\n", "ERROR Too many open connections")
+	if !txt.closedByPeer(5 * time.Second) {
+		t.Error("the text band connection stayed open after its get")
+	}
+	waitFor(t, 5*time.Second, "the text connection's place freed", func() bool { return admin.statGroup("")["system_connections"] == "2" })
+	txt = dialText(t, k.Addr)
+	txt.call("alice's text login in the band", "set auth 0 0 14\r\nalice alice-pw\r\n", "CLIENT_ERROR authentication failure")
 	if !txt.closedByPeer(5 * time.Second) {
 		t.Error("the text band connection stayed open after alice's login")
 	}
@@ -134,6 +146,11 @@ func TestSystemBand(t *testing.T) {
 			t.Errorf("no %q in kvd's log", want)
 		}
 	}
+}
+
+// hello is a HELLO without features, which a band connection may send.
+func hello() *mc.Request {
+	return &mc.Request{Magic: mc.MagicRequest, Opcode: mc.OpHello, Key: []byte("kvd-test")}
 }
 
 // TestSystemBandFlood: a client that holds every ordinary slot and keeps
