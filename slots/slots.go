@@ -15,6 +15,13 @@
 //     connections cannot keep an operator out: the operator's connection
 //     is the newest, and leaves the line as soon as it sends its login.
 //
+// A connection closed by recycling or expiry gives its place up at once,
+// but its descriptor only when its event loop has closed it (Close), which
+// under load can take a while. So that the descriptors stay within what the
+// open-file limit planned, at most sys such connections may be closing at
+// once; past that a new connection is refused rather than recycled. The
+// band's connections hold at most 2×sys descriptors.
+//
 // A connection that has started a login (Settle) or logged in keeps its
 // slot until it closes. Slots is safe for concurrent use; its lock is held
 // only while the counts and the line change, never while a connection is
@@ -51,7 +58,8 @@ type Slots struct {
 // max_connections.
 type Stats struct {
 	Ordinary, Band int   // slots held
-	Refused        int64 // connections refused: max_connections and the band full, none in line
+	Closing        int   // band connections recycled or expired whose Close has not come yet
+	Refused        int64 // connections refused: max_connections and the band full, none in line (or sys closing)
 	Recycled       int64 // band connections closed for a newer one (Open)
 	Expired        int64 // band connections closed after the login grace (Expire)
 }
@@ -75,7 +83,7 @@ type entry struct {
 	conn     io.Closer
 	remote   string
 	inLine   *list.Element // its place in Slots.line; nil once out of it
-	released bool          // recycled or expired: its slot was freed then, not at Close
+	released bool          // recycled or expired: its place was freed then, its descriptor at Close (Stats.Closing)
 }
 
 // Held reports whether the slot was granted.
@@ -97,7 +105,7 @@ func (s *Slots) Open(now time.Time, max, sys int, conn io.Closer, remote string)
 	case st.Ordinary < max:
 		st.Ordinary++
 		slot.kind = ordinary
-	case st.Band < sys || sys > 0 && s.line.Len() > 0:
+	case st.Band < sys || sys > 0 && s.line.Len() > 0 && st.Closing < sys:
 		if st.Band >= sys {
 			recycled = s.line.Front().Value.(*entry)
 			s.release(recycled)
@@ -147,8 +155,11 @@ func (s *Slots) Close(slot Slot) {
 	case ordinary:
 		s.stats.Ordinary--
 	case band:
-		if !slot.e.released {
-			s.release(slot.e)
+		if slot.e.released {
+			s.stats.Closing--
+		} else {
+			s.leaveLine(slot.e)
+			s.stats.Band--
 		}
 	}
 	s.mu.Unlock()
@@ -185,11 +196,13 @@ func (s *Slots) Stats() Stats {
 	return s.stats
 }
 
-// release frees e's band slot now (its connection is closing).
+// release gives e's place up now: its connection is being closed, and
+// holds its descriptor until Close.
 func (s *Slots) release(e *entry) {
 	s.leaveLine(e)
 	e.released = true
 	s.stats.Band--
+	s.stats.Closing++
 }
 
 // leaveLine takes e out of the line if it is in it.

@@ -154,3 +154,28 @@ func TestLine(t *testing.T) {
 	}
 	counts(t, s, 0, 2)
 }
+
+// TestClosingBound: at most sys recycled or expired connections may be
+// closing (their descriptors not yet closed) at once; past that a new
+// connection is refused, not given a place, until one of them closes.
+func TestClosingBound(t *testing.T) {
+	s := newSlots()
+	now := time.Unix(1000, 0)
+	a, _ := open(t, s, now, 0, 2)
+	open(t, s, now, 0, 2)
+	open(t, s, now, 0, 2) // recycles a
+	open(t, s, now, 0, 2) // recycles b
+	if st := s.Stats(); st.Band != 2 || st.Closing != 2 || st.Recycled != 2 {
+		t.Fatalf("band %d, closing %d, recycled %d; want 2, 2, 2", st.Band, st.Closing, st.Recycled)
+	}
+	if e, _ := open(t, s, now, 0, 2); e.Held() {
+		t.Fatal("a connection was given a place while 2 (sys) recycled ones were still closing")
+	}
+	s.Close(a) // its event loop closed it: its descriptor is free
+	if f, _ := open(t, s, now, 0, 2); !f.Band() {
+		t.Fatal("no place once a recycled connection closed")
+	}
+	if st := s.Stats(); st.Band != 2 || st.Closing != 2 || st.Refused != 1 {
+		t.Fatalf("band %d, closing %d, refused %d; want 2, 2, 1", st.Band, st.Closing, st.Refused)
+	}
+}

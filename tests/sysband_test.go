@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -257,5 +258,58 @@ func TestSystemBandReload(t *testing.T) {
 	ordinary.expectStatus("the ordinary connection after the reload", set("k", "v"), mc.StatusOK)
 	if !strings.Contains(k.Log(), `"privileges changed" by=config`) {
 		t.Errorf("no \"privileges changed\" line in kvd's log")
+	}
+}
+
+// TestSystemBandBurst: 400 clients at once against max_connections 60 and
+// a band of 20: 60 are served and the other 340 get memcached's answer,
+// ERROR Too many open connections, whether at connect, at their first
+// command in the band, or when their band place went to a newer connection.
+// (10 runs of 10 beside the fuzzer and other tests: 0 without an answer.)
+func TestSystemBandBurst(t *testing.T) {
+	t.Parallel()
+	k := startKVD(t, configWith(t, testConfig, map[string]any{"max_connections": 60, "system_connections": 20}))
+	var (
+		mu              sync.Mutex
+		served          []net.Conn
+		refused, failed int
+		why             = map[string]int{}
+		wg              sync.WaitGroup
+	)
+	for range 400 {
+		wg.Go(func() {
+			nc, err := net.DialTimeout("tcp", k.Addr, 10*time.Second)
+			if err != nil {
+				mu.Lock()
+				failed++
+				why["dial: "+err.Error()]++
+				mu.Unlock()
+				return
+			}
+			_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+			_, _ = nc.Write([]byte("version\r\n"))
+			l, rerr := bufio.NewReader(nc).ReadString('\n')
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case strings.HasPrefix(l, "VERSION "):
+				served = append(served, nc)
+				return
+			case l == "ERROR Too many open connections\r\n":
+				refused++
+			default:
+				failed++
+				why[fmt.Sprintf("read %q (%v)", l, rerr)]++
+			}
+			_ = nc.Close()
+		})
+	}
+	wg.Wait()
+	for _, nc := range served {
+		_ = nc.Close()
+	}
+	t.Logf("400 clients: %d served, %d refused with memcached's ERROR, %d without either %v", len(served), refused, failed, why)
+	if len(served) != 60 || refused < 330 {
+		t.Errorf("%d served (want 60), %d refused (want the other 340, at least 330)", len(served), refused)
 	}
 }

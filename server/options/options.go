@@ -84,7 +84,7 @@ type Options struct {
 	// MaxConnections that only a privileged user may log in on (package
 	// slots). Zero for the default, a tenth of MaxConnections (so none
 	// below 10, memcached's behaviour); negative for none; in force at most
-	// a quarter of OpenFiles.Conns (Limits).
+	// half of what OpenFiles.Conns leaves past MaxConnections (Limits).
 	SystemConnections int
 	// OpenFiles shares the open-file limit out: Pebble's table files, the
 	// listen backlog and the most connections. Default fdlimit.Current().
@@ -298,16 +298,22 @@ type Limits struct {
 }
 
 // LimitsOf is o's Limits. The connections the open-file limit allows
-// (OpenFiles.Conns) go first to the system band, up to a quarter of them,
-// then to max_connections.
+// (OpenFiles.Conns) go first to max_connections; the system band gets what
+// is left past it, two descriptors for each of its connections (one may be
+// a recycled connection still closing: package slots). Where the limit
+// binds max_connections there is no band: a flood of connections past it
+// is refused at once, as memcached does, which keeps the descriptors in
+// use within the plan even when the event loops fall behind the accepts
+// (measured: with a band under ulimit -n 256 and a loaded machine, accept
+// failed with EMFILE).
 func LimitsOf(o *Options) *Limits {
 	maxConns, sysConns := o.MaxConnections, max(o.SystemConnections, 0)
 	if o.SystemConnections == 0 {
 		sysConns = o.MaxConnections / 10
 	}
 	if o.OpenFiles.Limit > 0 { // EnsureDefaults ran
-		sysConns = min(sysConns, o.OpenFiles.Conns/4)
-		maxConns = min(maxConns, o.OpenFiles.Conns-sysConns)
+		sysConns = min(sysConns, max(o.OpenFiles.Conns-maxConns, 0)/2)
+		maxConns = min(maxConns, o.OpenFiles.Conns)
 	}
 	return &Limits{MaxConnections: maxConns, SystemConnections: sysConns, MaxConnectionsPerBucket: o.MaxConnectionsPerBucket,
 		IdleTimeout: o.IdleTimeout, ReadUnitSize: o.ReadUnitSize, WriteUnitSize: o.WriteUnitSize,
