@@ -49,46 +49,9 @@ func TestOpenFileLimit(t *testing.T) {
 	}
 
 	// 400 clients at once, each holding its connection open: 79 more fit.
-	var (
-		mu      sync.Mutex
-		served  []net.Conn
-		refused int
-		failed  int
-		why     = map[string]int{} // the failures, by what the client saw
-		wg      sync.WaitGroup
-	)
-	for range 400 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nc, err := net.DialTimeout("tcp", k.Addr, 10*time.Second)
-			if err != nil {
-				mu.Lock()
-				failed++
-				why["dial: "+err.Error()]++
-				mu.Unlock()
-				return
-			}
-			_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-			_, werr := nc.Write([]byte("version\r\n"))
-			l, rerr := bufio.NewReader(nc).ReadString('\n')
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case strings.HasPrefix(l, "VERSION "):
-				served = append(served, nc)
-				return
-			case l == "ERROR Too many open connections\r\n":
-				refused++
-			default:
-				failed++
-				why[fmt.Sprintf("read %q: write %v, read %v", l, werr, rerr)]++
-			}
-			_ = nc.Close()
-		}()
-	}
-	wg.Wait()
-	t.Logf("400 clients: %d served, %d refused with memcached's ERROR, %d failed to connect or read %v", len(served), refused, failed, why)
+	b := connectionBurst(k.Addr, 400)
+	served, refused, failed := b.served, b.refused, b.failed
+	t.Logf("400 clients: %d served, %d refused with memcached's ERROR, %d failed to connect or read %v", len(served), refused, failed, b.why)
 	if failed > 0 {
 		t.Logf("kvd's log:\n%s", k.tail())
 	}
@@ -141,4 +104,49 @@ func TestMetricsConnectionCap(t *testing.T) {
 		_, err := scrapeMetric(metrics, "kvd_connections")
 		return err == nil
 	})
+}
+
+// burst is what a burst of clients saw (connectionBurst).
+type burst struct {
+	served          []net.Conn     // answered VERSION; still open, for the caller to close
+	refused, failed int            // memcached's ERROR line; anything else
+	why             map[string]int // the failures, by what the client saw
+}
+
+// connectionBurst opens n connections to addr at once; each sends
+// "version" and reads one line within 10 s.
+func connectionBurst(addr string, n int) *burst {
+	b := &burst{why: map[string]int{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			nc, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				mu.Lock()
+				b.failed++
+				b.why["dial: "+err.Error()]++
+				mu.Unlock()
+				return
+			}
+			_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+			_, werr := nc.Write([]byte("version\r\n"))
+			l, rerr := bufio.NewReader(nc).ReadString('\n')
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case strings.HasPrefix(l, "VERSION "):
+				b.served = append(b.served, nc)
+				return
+			case l == "ERROR Too many open connections\r\n":
+				b.refused++
+			default:
+				b.failed++
+				b.why[fmt.Sprintf("read %q: write %v, read %v", l, werr, rerr)]++
+			}
+			_ = nc.Close()
+		})
+	}
+	wg.Wait()
+	return b
 }

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -269,46 +268,12 @@ func TestSystemBandReload(t *testing.T) {
 func TestSystemBandBurst(t *testing.T) {
 	t.Parallel()
 	k := startKVD(t, configWith(t, testConfig, map[string]any{"max_connections": 60, "system_connections": 20}))
-	var (
-		mu              sync.Mutex
-		served          []net.Conn
-		refused, failed int
-		why             = map[string]int{}
-		wg              sync.WaitGroup
-	)
-	for range 400 {
-		wg.Go(func() {
-			nc, err := net.DialTimeout("tcp", k.Addr, 10*time.Second)
-			if err != nil {
-				mu.Lock()
-				failed++
-				why["dial: "+err.Error()]++
-				mu.Unlock()
-				return
-			}
-			_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-			_, _ = nc.Write([]byte("version\r\n"))
-			l, rerr := bufio.NewReader(nc).ReadString('\n')
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case strings.HasPrefix(l, "VERSION "):
-				served = append(served, nc)
-				return
-			case l == "ERROR Too many open connections\r\n":
-				refused++
-			default:
-				failed++
-				why[fmt.Sprintf("read %q (%v)", l, rerr)]++
-			}
-			_ = nc.Close()
-		})
-	}
-	wg.Wait()
+	b := connectionBurst(k.Addr, 400)
+	served, refused, failed := b.served, b.refused, b.failed
 	for _, nc := range served {
 		_ = nc.Close()
 	}
-	t.Logf("400 clients: %d served, %d refused with memcached's ERROR, %d without either %v", len(served), refused, failed, why)
+	t.Logf("400 clients: %d served, %d refused with memcached's ERROR, %d without either %v", len(served), refused, failed, b.why)
 	if len(served) != 60 || refused < 330 {
 		t.Errorf("%d served (want 60), %d refused (want the other 340, at least 330)", len(served), refused)
 	}
