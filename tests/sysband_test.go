@@ -38,7 +38,8 @@ const bandReason = "too many open connections (max_connections): this one is in 
 //     login as an ordinary user is refused and closed.
 func TestSystemBand(t *testing.T) {
 	t.Parallel()
-	k := startKVD(t, configWith(t, testConfig, map[string]any{"max_connections": 3, "system_connections": 3}))
+	metrics := freeAddr(t)
+	k := startKVD(t, configWith(t, testConfig, map[string]any{"max_connections": 3, "system_connections": 3}), "--metrics-listen", metrics)
 	var ordinary []*rawConn
 	for range 3 {
 		c := dialServed(t, k.Addr, 5*time.Second)
@@ -117,6 +118,14 @@ func TestSystemBand(t *testing.T) {
 	}
 	if s := admin.statGroup(""); s["rejected_connections"] != "1" || s["system_connections"] != "3" {
 		t.Errorf("STAT rejected_connections %s, system_connections %s; want 1 and 3", s["rejected_connections"], s["system_connections"])
+	}
+	if s := admin.statGroup("settings"); s["system_connections"] != "3" {
+		t.Errorf("STAT settings system_connections %q, want 3", s["system_connections"])
+	}
+	for name, want := range map[string]float64{"kvd_system_connections": 3, "kvd_connections_rejected_total": 1} {
+		if got, err := scrapeMetric(metrics, name); err != nil || got != want {
+			t.Errorf("%s = %v (%v), want %v", name, got, err, want)
+		}
 	}
 
 	// Text: memcached's ERROR line, and a text login as alice closes it.
