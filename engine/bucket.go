@@ -17,6 +17,9 @@ type Item struct {
 	Expiry uint32 // absolute Unix seconds, 0 = never
 	CAS    uint64
 	Value  []byte
+	// The meta protocol's states (see Lease): the item was invalidated
+	// (md I, ms I), and a win token for it was handed out.
+	Stale, TokenSent bool
 }
 
 // StoreMode selects the memcached store command.
@@ -29,6 +32,12 @@ const (
 	ModeReplace                  // only if a live item exists (ErrNotFound otherwise)
 	ModeAppend                   // old value ‖ new (ErrNotStored if missing)
 	ModePrepend                  // new ‖ old value (ErrNotStored if missing)
+	// ModeInvalidate is meta ms's I with a CAS (memcached's set_stale): a
+	// matching CAS stores as ModeSet does; a CAS lower than the live
+	// item's stores the value too, but as a stale item that keeps the old
+	// item's expiry and win token (a late write of a value read before the
+	// item was invalidated); a higher one is ErrExists.
+	ModeInvalidate
 )
 
 type bucketState uint8
@@ -145,7 +154,7 @@ func (b *Bucket) Get(key []byte, now uint32, dst []byte) (Item, error) {
 		}
 		c.fill(tok, b.id, key, h, v)
 	}
-	return Item{Flags: h.flags, Expiry: h.expiry, CAS: h.cas, Value: append(dst[:0], v...)}, nil
+	return h.item(append(dst[:0], v...)), nil
 }
 
 // Peek looks key up in the resident item cache only, for callers that must
@@ -179,7 +188,7 @@ func (b *Bucket) Touch(key []byte, expiry, now uint32, dst []byte) (Item, error)
 		if err := b.putLocked(ik, key, &cur, h, cur.value, nil); err != nil {
 			return err
 		}
-		it = Item{Flags: h.flags, Expiry: h.expiry, CAS: h.cas, Value: append(dst[:0], cur.value...)}
+		it = h.item(append(dst[:0], cur.value...))
 		return nil
 	})
 	return it, err
@@ -204,7 +213,7 @@ func (b *Bucket) Store(mode StoreMode, key, value []byte, flags, expiry uint32, 
 // APPEND/PREPEND result, len(value) for the other modes (for exact write
 // units).
 func (b *Bucket) StoreN(mode StoreMode, key, value []byte, flags, expiry uint32, cas uint64, now uint32) (uint64, int, error) {
-	if mode > ModePrepend {
+	if mode > ModeInvalidate {
 		return 0, 0, fmt.Errorf("engine: invalid store mode %d", mode)
 	}
 	if len(value) > b.db.opts.MaxValueSize {
@@ -214,10 +223,17 @@ func (b *Bucket) StoreN(mode StoreMode, key, value []byte, flags, expiry uint32,
 	var n int
 	needValue := mode == ModeAppend || mode == ModePrepend
 	err := b.mutate(key, now, needValue, func(ik []byte, cur current) error {
+		stale := false
 		if err := checkStore(mode, &cur, cas); err != nil {
-			return err
+			if mode != ModeInvalidate || !errors.Is(err, ErrExists) || cas > cur.h.cas {
+				return err
+			}
+			stale = true
 		}
 		h := header{flags: flags, expiry: expiry}
+		if stale {
+			h.expiry, h.state = cur.h.expiry, stateStale|cur.h.state&stateTokenSent
+		}
 		v1, v2 := value, []byte(nil)
 		switch mode {
 		case ModeAppend:
@@ -288,6 +304,91 @@ func (b *Bucket) Delete(key []byte, cas uint64, now uint32) error {
 		}
 		return b.deleteLocked(ik, key, &cur)
 	})
+}
+
+// Invalidate marks the live item stale instead of deleting it (meta md's
+// I): it keeps its value, takes a new CAS and, with touch, the expiry, and
+// its win token is withdrawn, so that the next meta get wins the right to
+// recache it (Lease). cas != 0 must match its CAS (ErrExists). Errors:
+// ErrNotFound (missing or expired).
+func (b *Bucket) Invalidate(key []byte, cas uint64, touch bool, expiry, now uint32) (uint64, error) {
+	var newCAS uint64
+	err := b.mutate(key, now, true, func(ik []byte, cur current) error {
+		if !cur.live {
+			return ErrNotFound
+		}
+		if err := checkCAS(&cur, cas); err != nil {
+			return err
+		}
+		h := cur.h
+		h.state = h.state&^stateTokenSent | stateStale
+		if touch {
+			h.expiry = expiry
+		}
+		h.cas = b.db.nextCAS()
+		newCAS = h.cas
+		return b.putLocked(ik, key, &cur, h, cur.value, nil)
+	})
+	return newCAS, err
+}
+
+// LeaseArgs are what a meta get asks beyond a read: memcached's flags that
+// hand one client the right to recache an item (a win token, W) while the
+// others, told so (Z), keep using what there is.
+type LeaseArgs struct {
+	// Vivify creates a missing item, empty, with flags 0 and the expiry
+	// VivifyExpiry (absolute, 0 = never), and wins its token (N).
+	Vivify       bool
+	VivifyExpiry uint32
+	// RecacheBefore (absolute, 0 = none): a live item with an expiry
+	// before it whose token has not been handed out wins it (R).
+	RecacheBefore uint32
+	// Touch sets the item's expiry to NewExpiry (mg's T).
+	Touch     bool
+	NewExpiry uint32
+}
+
+// Wins reports whether a meta get of it under a wins its token, or needs
+// Lease to create it: a stale item, or one due for recaching, whose token
+// is not out yet.
+func (a LeaseArgs) Wins(it Item) bool {
+	return !it.TokenSent && (it.Stale || a.RecacheBefore != 0 && it.Expiry != 0 && it.Expiry < a.RecacheBefore)
+}
+
+// Lease is a meta get's write side, as memcached 1.6 has it: a missing item
+// is created with a.Vivify; a live item's token goes to this caller when
+// a.Wins it (stale, or due for recaching, and no token out); a.Touch sets
+// the expiry. It returns the item (its value appended to dst[:0]) with the
+// token state it had before the call, which is what Z reports, whether the
+// caller won the token (W) and whether the item was created. Winning,
+// touching and creating write the item; the CAS stays, but for a created
+// item's new one. Errors: ErrNotFound (missing, without a.Vivify).
+func (b *Bucket) Lease(key []byte, a LeaseArgs, now uint32, dst []byte) (it Item, won, created bool, err error) {
+	err = b.mutate(key, now, true, func(ik []byte, cur current) error {
+		h, v := cur.h, cur.value
+		switch {
+		case cur.live:
+			it = h.item(nil)
+			won = a.Wins(it)
+		case a.Vivify:
+			h, v, created, won = header{expiry: a.VivifyExpiry, cas: b.db.nextCAS()}, nil, true, true
+			it = h.item(nil)
+		default:
+			return ErrNotFound
+		}
+		it.Value = append(dst[:0], v...)
+		if !won && !a.Touch {
+			return nil // a read: nothing to write
+		}
+		if a.Touch {
+			h.expiry, it.Expiry = a.NewExpiry, a.NewExpiry
+		}
+		if won {
+			h.state |= stateTokenSent
+		}
+		return b.putLocked(ik, key, &cur, h, v, nil)
+	})
+	return it, won, created, err
 }
 
 // Arith adds (incr) or subtracts delta from the item's decimal value: INCR

@@ -87,7 +87,12 @@ type cacheEntry struct {
 	flags  uint32
 	expiry uint32
 	cas    uint64
-	ref    bool // CLOCK reference bit: set by a hit, cleared by the hand
+	ref    bool  // CLOCK reference bit: set by a hit, cleared by the hand
+	state  uint8 // the header's meta states
+}
+
+func (e *cacheEntry) header() header {
+	return header{flags: e.flags, expiry: e.expiry, cas: e.cas, state: e.state}
 }
 
 func (e *cacheEntry) key() []byte   { return e.buf[:e.klen] }
@@ -148,7 +153,7 @@ func (c *itemCache) get(id uint32, key []byte, now uint32, dst []byte) (Item, bo
 		if e.expiry == 0 || e.expiry > now {
 			e.ref = true
 			s.hits++
-			return Item{Flags: e.flags, Expiry: e.expiry, CAS: e.cas, Value: append(dst[:0], e.value()...)}, true, fillToken{}
+			return e.header().item(append(dst[:0], e.value()...)), true, fillToken{}
 		}
 		if !s.complete {
 			s.removeLocked(i)
@@ -174,7 +179,7 @@ func (c *itemCache) header(id uint32, key []byte) (hd header, resident, absent b
 		return header{}, false, s.complete
 	}
 	e := &s.slots[i]
-	return header{flags: e.flags, expiry: e.expiry, cas: e.cas}, true, false
+	return e.header(), true, false
 }
 
 // fill installs an item a Get read from Pebble after the miss that returned
@@ -221,7 +226,7 @@ func (c *itemCache) set(id uint32, key []byte, hd header, v1, v2 []byte) {
 		if same && reusable(cap(e.buf), n) {
 			e.buf = e.buf[:n]
 			copy(e.buf[len(key)+copy(e.buf[len(key):], v1):], v2)
-			e.flags, e.expiry, e.cas = hd.flags, hd.expiry, hd.cas
+			e.flags, e.expiry, e.cas, e.state = hd.flags, hd.expiry, hd.cas, hd.state
 			s.mu.Unlock()
 			return
 		}
@@ -410,7 +415,7 @@ func (s *cacheShard) installLocked(h uint64, id uint32, klen int, hd header, buf
 		i = int32(len(s.slots) - 1)
 	}
 	s.slots[i] = cacheEntry{hash: h, buf: buf, klen: uint32(klen), id: id,
-		flags: hd.flags, expiry: hd.expiry, cas: hd.cas}
+		flags: hd.flags, expiry: hd.expiry, cas: hd.cas, state: hd.state}
 	s.index[h] = i
 	s.bytes += need
 	return true

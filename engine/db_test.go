@@ -236,7 +236,7 @@ func TestCASSeedAboveStored(t *testing.T) {
 	dir := t.TempDir()
 	db := openTest(t, func(o *Options) { o.Dir = dir })
 	b := newBucketT(t, db, "b")
-	const future = 1 << 62
+	const future = 1 << 61 // 2043; CAS values stay below 2^62 (stateShift)
 	rec := make([]byte, headerLen+1)
 	header{cas: future}.put(rec)
 	if err := db.pdb.Set(appendItemKey(nil, b.id, []byte("k")), rec, pebble.Sync); err != nil {

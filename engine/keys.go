@@ -38,6 +38,26 @@ type header struct {
 	flags  uint32
 	expiry uint32
 	cas    uint64
+	state  uint8 // stateStale, stateTokenSent
+}
+
+// The meta protocol's item states, memcached's ITEM_STALE and
+// ITEM_TOKEN_SENT (see Bucket.Lease). They ride in the top two bits of the
+// record's CAS word: CAS values count up from the wall clock in
+// nanoseconds (DB.nextCAS), below 2^62 until the year 2116, so the record
+// keeps its layout and a store written before these states existed reads
+// as having none.
+const (
+	stateStale     uint8 = 1 << 0 // invalidated (md I, ms I): served with X until replaced
+	stateTokenSent uint8 = 1 << 1 // a win token (W) was handed out: others see Z
+	stateShift           = 62
+	casMask              = 1<<stateShift - 1
+)
+
+// item is the Item of this header with value v.
+func (h header) item(v []byte) Item {
+	return Item{Flags: h.flags, Expiry: h.expiry, CAS: h.cas, Value: v,
+		Stale: h.state&stateStale != 0, TokenSent: h.state&stateTokenSent != 0}
 }
 
 // live reports whether an item with this header is visible at now.
@@ -48,7 +68,7 @@ func (h header) live(now uint32) bool {
 func (h header) put(dst []byte) {
 	binary.BigEndian.PutUint32(dst[0:4], h.flags)
 	binary.BigEndian.PutUint32(dst[4:8], h.expiry)
-	binary.BigEndian.PutUint64(dst[8:16], h.cas)
+	binary.BigEndian.PutUint64(dst[8:16], h.cas&casMask|uint64(h.state)<<stateShift)
 }
 
 // decodeRecord splits an item record into header and value.
@@ -56,10 +76,12 @@ func decodeRecord(rec []byte) (header, []byte, bool) {
 	if len(rec) < headerLen {
 		return header{}, nil, false
 	}
+	word := binary.BigEndian.Uint64(rec[8:16])
 	h := header{
 		flags:  binary.BigEndian.Uint32(rec[0:4]),
 		expiry: binary.BigEndian.Uint32(rec[4:8]),
-		cas:    binary.BigEndian.Uint64(rec[8:16]),
+		cas:    word & casMask,
+		state:  uint8(word >> stateShift),
 	}
 	return h, rec[headerLen:], true
 }
