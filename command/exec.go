@@ -10,6 +10,7 @@ import (
 	"kvd/ingress"
 	"kvd/latency"
 	"kvd/protocol/binary"
+	"kvd/protocol/translate"
 )
 
 // relativeExpiryLimit is memcached's rule: expiry values up to 30 days are
@@ -65,7 +66,11 @@ func Exec(bk *catalog.Bucket, r *Request, now uint32) {
 	case binary.OpSet, binary.OpAdd, binary.OpReplace:
 		bk.Counters.CmdSet.Add(1)
 		flags, exp, _ := binary.SetExtras(r.Extras)
-		r.CAS, err = bk.Store().Store(storeMode(op, r.Hdr.CAS), r.Key, r.Value, flags, ExpiryAt(exp, now), r.Hdr.CAS, now)
+		mode := storeMode(op, r.Hdr.CAS)
+		if r.Txt.Invalidate() {
+			mode = engine.ModeInvalidate
+		}
+		r.CAS, err = bk.Store().Store(mode, r.Key, r.Value, flags, ExpiryAt(exp, now), r.Hdr.CAS, now)
 		if r.Hdr.CAS != 0 { // memcached's NREAD_CAS: text cas, a binary store with a CAS
 			count(err, &bk.Counters.CasHits, &bk.Counters.CasMisses, &bk.Counters.CasBadval)
 		}
@@ -73,6 +78,13 @@ func Exec(bk *catalog.Bucket, r *Request, now uint32) {
 		bk.Counters.CmdSet.Add(1)
 		r.CAS, r.Size, err = bk.Store().StoreN(storeMode(op, r.Hdr.CAS), r.Key, r.Value, 0, 0, r.Hdr.CAS, now)
 	case binary.OpDelete:
+		if r.Txt.Invalidate() { // md I marks the item stale: memcached counts no delete hit
+			ttl, touch := r.Txt.MetaDeleteTTL()
+			if r.CAS, err = bk.Store().Invalidate(r.Key, r.Hdr.CAS, touch, ExpiryAt(ttl, now), now); err != nil {
+				count(err, nil, &bk.Counters.DeleteMisses, &bk.Counters.DeleteMisses)
+			}
+			break
+		}
 		err = bk.Store().Delete(r.Key, r.Hdr.CAS, now)
 		var badval *atomic.Int64 // a CAS that differs: memcached counts md's as a miss
 		if r.Txt.MetaDelete() {
@@ -101,15 +113,15 @@ func Exec(bk *catalog.Bucket, r *Request, now uint32) {
 		r.Status, r.Reason = StatusOf(err)
 		return
 	}
-	r.Mut = op != binary.OpGet && op != binary.OpGetK
+	r.Mut = op != binary.OpGet && op != binary.OpGetK || r.Won
 }
 
 // count adds a command's outcome to memcached's figures: nil to hits,
-// engine.ErrNotFound to misses, engine.ErrExists to badval (nil: not
-// counted); any other error counts nowhere, as memcached's do not.
+// engine.ErrNotFound to misses, engine.ErrExists to badval (a nil counter:
+// not counted); any other error counts nowhere, as memcached's do not.
 func count(err error, hits, misses, badval *atomic.Int64) {
 	switch {
-	case err == nil:
+	case err == nil && hits != nil:
 		hits.Add(1)
 	case errors.Is(err, engine.ErrNotFound):
 		misses.Add(1)
@@ -125,12 +137,19 @@ func execRead(bk *catalog.Bucket, r *Request, now uint32, touch bool) error {
 	calls, hits, misses := &cnt.CmdGet, &cnt.GetHits, &cnt.GetMisses
 	var it engine.Item
 	var err error
+	var exp uint32
 	if touch {
 		calls, hits, misses = &cnt.CmdTouch, &cnt.TouchHits, &cnt.TouchMisses
-		exp, _ := binary.TouchExtras(r.Extras)
+		exp, _ = binary.TouchExtras(r.Extras)
 		it, err = bk.Store().Touch(r.Key, ExpiryAt(exp, now), now, r.Res[:0])
 	} else {
 		it, err = bk.Store().Get(r.Key, now, r.Res[:0])
+	}
+	if a, ok := LeaseOf(&r.Txt, now); ok { // an mg: memcached counts a created item as a hit
+		a.Touch, a.NewExpiry = touch, ExpiryAt(exp, now)
+		if errors.Is(err, engine.ErrNotFound) && a.Vivify || err == nil && a.Wins(it) {
+			it, r.Won, _, err = bk.Store().Lease(r.Key, a, now, r.Res[:0])
+		}
 	}
 	calls.Add(1)
 	switch {
@@ -141,8 +160,32 @@ func execRead(bk *catalog.Bucket, r *Request, now uint32, touch bool) error {
 		return err
 	}
 	hits.Add(1)
-	r.Res, r.Flags, r.CAS, r.Exp = it.Value, it.Flags, it.CAS, it.Expiry
+	r.SetItem(r.Key, it)
 	return nil
+}
+
+// SetItem records the item a read found, read under key.
+func (r *Request) SetItem(key []byte, it engine.Item) {
+	r.Key, r.Res, r.Flags, r.CAS, r.Exp = key, it.Value, it.Flags, it.CAS, it.Expiry
+	r.StaleItem, r.TokenSent = it.Stale, it.TokenSent
+}
+
+// LeaseOf is the lease a meta get (txt) asks for at now (translate.Lease
+// in the engine's terms); ok is false for any other command.
+func LeaseOf(txt *translate.Reply, now uint32) (a engine.LeaseArgs, ok bool) {
+	l, ok := txt.Lease()
+	if !ok {
+		return a, false
+	}
+	a.Vivify, a.VivifyExpiry, a.RecacheBefore = l.Vivify, ExpiryAt(l.Expiry, now), ExpiryAt(l.Recache, now)
+	return a, true
+}
+
+// Wins reports whether a meta get (txt) of the resident item it would win
+// its token at now: it then writes the item, on a worker, not on the loop.
+func Wins(txt *translate.Reply, it engine.Item, now uint32) bool {
+	a, ok := LeaseOf(txt, now)
+	return ok && a.Wins(it)
 }
 
 // storeMode is the engine's mode for op. A binary ADD with a CAS is a CAS
@@ -177,6 +220,9 @@ func Units(r *Request, rus, wus int) {
 	switch r.Hdr.Op.NonQuiet() {
 	case binary.OpGet, binary.OpGetK:
 		r.RU = UnitsOf(k+len(r.Res), rus)
+		if r.Won { // a meta get that took the item's token (or made it) wrote it
+			r.WU = UnitsOf(k+len(r.Res), wus)
+		}
 	case binary.OpSet, binary.OpAdd, binary.OpReplace:
 		r.WU = UnitsOf(k+len(r.Value), wus)
 	case binary.OpAppend, binary.OpPrepend:

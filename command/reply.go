@@ -116,7 +116,7 @@ func (e *Encoder) text(dst []byte, r *Request) []byte {
 	}
 	return r.Txt.Append(dst, &translate.Result{Op: r.Hdr.Op, Status: r.Status, Reason: r.Reason,
 		Key: r.Key, Value: r.Res, Flags: r.Flags, CAS: r.CAS, Number: r.Num, Created: r.Made,
-		Expiry: r.Exp}, now)
+		Expiry: r.Exp, Stale: r.StaleItem, TokenSent: r.TokenSent, Won: r.Won}, now)
 }
 
 // Reply encodes a reply to h in the framing the request used.

@@ -30,6 +30,9 @@ type Request struct {
 	Made   bool   // arithmetic created the item
 	Size   int    // resulting value length (APPEND, PREPEND)
 	Mut    bool   // a mutation succeeded: needs the WAL sync before its ack
+	// A meta get's item states (engine.Lease): stale, its win token
+	// handed out before, won by this command (which then wrote the item).
+	StaleItem, TokenSent, Won bool
 
 	RU, WU    int64          // units charged
 	Throttled time.Duration  // how long throttling held it
@@ -85,6 +88,7 @@ func (r *Request) Release() {
 	r.Size, r.RU, r.WU, r.Throttled, r.Queued = 0, 0, 0, 0, 0
 	r.Granted = time.Time{}
 	r.Exp, r.Made = 0, false
+	r.StaleItem, r.TokenSent, r.Won = false, false, false
 	if r.Txt.Text() {
 		r.Txt = translate.Reply{}
 	}

@@ -7,7 +7,8 @@
 //   - The bucket registry: bucket names, their never-reused numeric IDs and an
 //     opaque settings blob per bucket that the caller owns (JSON in kvd).
 //   - Small node-level records (PutMeta, Meta), e.g. node throttle settings.
-//   - Items: flags, absolute expiry, CAS and value per key, with the memcached
+//   - Items: flags, absolute expiry, CAS, value and the meta protocol's
+//     stale and win-token states (Lease) per key, with the memcached
 //     rules for SET/ADD/REPLACE/APPEND/PREPEND, CAS checks, INCR/DECR, TOUCH,
 //     DELETE and FLUSH (at once, or delayed: FlushAt); the per-bucket item
 //     count; one background sweeper goroutine that deletes expired items
@@ -25,7 +26,7 @@
 //	'i' name                          internal records: "next_bucket_id" → u32 BE
 //	'b' name                          bucket registry: name → id u32 BE ‖ settings
 //	'm' key                           node meta (PutMeta/Meta): key → value
-//	'k' id u32 BE ‖ key               item: flags u32 ‖ expiry u32 ‖ cas u64 (BE) ‖ value
+//	'k' id u32 BE ‖ key               item: flags u32 ‖ expiry u32 ‖ state u2 ‖ cas u62 (BE) ‖ value
 //	'x' id u32 BE ‖ expiry u32 BE ‖ key   expiry index entry (empty value), only when expiry ≠ 0
 //	'f' id u32 BE                     pending delayed flush (FlushAt): deadline u32 BE
 //

@@ -236,8 +236,8 @@ func (c *conn) runOrCollect(req *mc.Request, t ingress.Ticket, now time.Time) {
 func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) bool {
 	s, b := c.srv, c.bucket
 	it, ok := b.Store().Peek(req.Key, uint32(now.Unix()), c.peek[:0])
-	if !ok {
-		return false
+	if !ok || c.txt != nil && command.Wins(c.txt.Current(), it, uint32(now.Unix())) {
+		return false // an mg that wins the item's token writes it
 	}
 	c.peek = it.Value
 	r := command.Request{Hdr: command.HeaderOf(req), Throttled: c.throttledFor, Ticket: t}
@@ -250,7 +250,7 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 	s.throttle.Charge(b.Throttle(), r.RU, 0)
 	if c.txt != nil {
 		stateOf(b).textCommands.Add(1)
-		r.Key, r.Res, r.Flags, r.CAS, r.Exp = req.Key, it.Value, it.Flags, it.CAS, it.Expiry
+		r.SetItem(req.Key, it)
 		c.txt.Reply(&r.Txt, nil)
 		c.out = c.enc.Result(c.out, &r)
 	} else {

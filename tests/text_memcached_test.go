@@ -313,3 +313,62 @@ func TestMetaArithTTL(t *testing.T) {
 	}
 	t.Fatal(failure)
 }
+
+// TestMetaLeases: the meta protocol's win tokens and stale items (mg N and
+// R, md I, ms I; W, Z and X in replies), compared with memcached 1.6.18
+// byte for byte, the counters too: a miss that N creates, a token won and
+// then reported taken, recaching due by R, an invalidated item's value
+// served stale until a plain store replaces it, a late ms I of an older
+// CAS, and the writes that clear the states (set, append) or keep them
+// (touch). Served both from the item cache on the loop and from workers.
+func TestMetaLeases(t *testing.T) {
+	in := []byte("mg a v N30\r\nmg a v N30 s t\r\nmg a v\r\nmg a\r\nmg b N0 q\r\nmg b q\r\nmn\r\n" +
+		"ms a 2 MA\r\nxy\r\nmg a v\r\nmg a v c\r\n" + // a store replaces the token
+		"ms s 2\r\nab\r\nmd s I\r\nmg s v\r\nmg s v\r\nmg s s v f c\r\nget s\r\n" +
+		"ms s 2 C1\r\nzz\r\nms s 2 C1 I\r\nlt\r\nmg s v\r\nms s 2 MA I\r\n!!\r\nmg s v\r\n" +
+		"md s I T30\r\nmg s v t\r\ntouch s 40\r\nmg s v\r\nmd s q I\r\nmn\r\nmg s q k v\r\n" +
+		"ms s 2 I\r\nok\r\nmg s v\r\n" +
+		"ms r 2 T100\r\nrr\r\nmg r R30 v\r\nmg r R200 v\r\nmg r R200 v\r\nmg r v\r\n" +
+		"ms r 2 T100\r\nrr\r\nmg r R200 T50 v t\r\nmg r R200 v\r\nms p 2\r\npp\r\nmg p R200 v\r\n" +
+		"md nope I\r\nmd s I C1\r\nset s 0 0 1\r\nx\r\nmd s I\r\nmg s v\r\nappend s 0 0 1\r\ny\r\nmg s v\r\n" +
+		"mg n v\r\nmg n v N10 T20 t\r\nmg n v t\r\nmd n\r\nmg n v\r\n" +
+		"stats\r\n" + texttest.SentinelCommand)
+	counters := func(out []byte) []byte { // memcached's counters of the stats reply; the rest as is
+		var keep []byte
+		for _, line := range bytes.SplitAfter(out, []byte("\r\n")) {
+			f := bytes.Fields(line)
+			if len(f) >= 3 && string(f[0]) == "STAT" && !isCounter(string(f[1])) {
+				continue
+			}
+			keep = append(keep, line...)
+		}
+		return keep
+	}
+	var failure string
+	for attempt := 0; attempt < 3; attempt++ { // a TTL read as a second ticks over is one less
+		mc, k := texttest.StartMemcached(t), startKVD(t, textDiffConfig) // counters from 0
+		want, _ := texttest.Ask(t, mc, in, true)
+		got, _ := texttest.Ask(t, k.Addr, in, true)
+		want, got = counters(texttest.NormalizeCAS(want)), counters(texttest.NormalizeCAS(got))
+		if failure = ""; !bytes.Equal(got, want) {
+			failure = "meta leases: kvd differs from memcached:\n" + texttest.FirstDiff(in, want, got)
+			continue
+		}
+		if !bytes.Contains(got, []byte("VA 2 Z X\r\nab")) || !bytes.Contains(got, []byte("VA 2 W\r\nrr")) {
+			t.Fatalf("the replies lack the tokens the transcript is written to show:\n%q", got)
+		}
+		return
+	}
+	t.Fatal(failure)
+}
+
+// isCounter reports whether a general STAT is one of memcached's command
+// counters, which TestMetaLeases compares.
+func isCounter(name string) bool {
+	switch name {
+	case "cmd_get", "cmd_set", "cmd_touch", "get_hits", "get_misses", "delete_hits", "delete_misses",
+		"cas_hits", "cas_misses", "cas_badval", "touch_hits", "touch_misses":
+		return true
+	}
+	return false
+}

@@ -41,6 +41,58 @@ func (r *Reply) ArithExpiry() (uint32, bool) {
 	return Expiry(r.meta.TTL), true
 }
 
+// Lease is what a meta get asks beyond binary's GET: N creates a missing
+// item with the expiry Expiry, R hands out the right to recache an item
+// whose expiry is before Recache (both as binary's extras state an expiry:
+// seconds from now up to 30 days, else absolute; 0 = none). See
+// engine.LeaseArgs.
+type Lease struct {
+	Vivify  bool
+	Expiry  uint32
+	Recache uint32
+}
+
+// Lease is an mg's N and R flags; ok is false for any other command. Every
+// mg has one: a stale item hands out its token to a plain mg too.
+func (r *Reply) Lease() (l Lease, ok bool) {
+	if r.kind != text.KindMetaGet {
+		return Lease{}, false
+	}
+	m := &r.meta
+	l.Vivify = m.HasViv
+	if m.HasViv {
+		l.Expiry = Expiry(m.Vivify)
+	}
+	if m.HasRecache && m.Recache > 0 {
+		l.Recache = Expiry(m.Recache)
+	}
+	return l, true
+}
+
+// Invalidate reports meta's I flag where memcached honours it: md marks the
+// item stale instead of deleting it; ms with a CAS, in set or replace mode
+// (memcached's CAS store), stores a value whose CAS is older than the
+// item's as a stale one.
+func (r *Reply) Invalidate() bool {
+	switch r.kind {
+	case text.KindMetaDelete:
+		return r.meta.Invalidate
+	case text.KindMetaSet:
+		return r.meta.Invalidate && r.hasCAS && (r.meta.Mode == text.ModeSet || r.meta.Mode == text.ModeReplace)
+	}
+	return false
+}
+
+// MetaDeleteTTL is md's T flag, which binary's DELETE cannot carry: the
+// expiry (as binary's extras state one) an invalidated item takes; false:
+// none given.
+func (r *Reply) MetaDeleteTTL() (uint32, bool) {
+	if r.kind != text.KindMetaDelete || !r.meta.HasTTL {
+		return 0, false
+	}
+	return Expiry(r.meta.TTL), true
+}
+
 // Result is a translated request's binary result, as the server executed
 // it. Its slices are read, never kept.
 type Result struct {
@@ -54,6 +106,9 @@ type Result struct {
 	Number  uint64 // INCR/DECR result
 	Created bool   // arithmetic created the item
 	Expiry  uint32 // the item's expiry: absolute Unix seconds, 0 = never
+	// A meta get's item states (engine.Lease): invalidated (X), its token
+	// handed out before (Z), won by this request (W).
+	Stale, TokenSent, Won bool
 }
 
 // Append appends the text reply to r's request given its result. now (Unix
@@ -86,7 +141,8 @@ func (r *Reply) Append(dst []byte, res *Result, now int64) []byte {
 // a refusal, answered SERVER_ERROR.
 func (r *Reply) outcome(res *Result, now int64) (o text.Outcome, ok bool) {
 	o = text.Outcome{Flags: res.Flags, CAS: res.CAS, Value: res.Value, Number: res.Number,
-		Created: res.Created, TTL: TTL(res.Expiry, now), KeyBinary: r.meta.Base64}
+		Created: res.Created, TTL: TTL(res.Expiry, now), KeyBinary: r.meta.Base64,
+		Stale: res.Stale, TokenSent: res.TokenSent, Win: res.Won}
 	op := res.Op.NonQuiet()
 	switch res.Status {
 	case mc.StatusOK:

@@ -192,3 +192,44 @@ func BenchmarkTranslate(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/command")
 }
+
+// TestLeaseAndInvalidate: the meta flags binary cannot carry, as the
+// executor reads them: mg's N and R (every mg has a lease, so that a stale
+// item's token goes to a plain mg too), and I where memcached honours it.
+func TestLeaseAndInvalidate(t *testing.T) {
+	for _, tc := range []struct {
+		in         string
+		lease      Lease
+		leased     bool
+		invalidate bool
+		ttl        uint32
+		hasTTL     bool
+	}{
+		{in: "mg k v\r\n", leased: true},
+		{in: "mg k N30 R10 v\r\n", lease: Lease{Vivify: true, Expiry: 30, Recache: 10}, leased: true},
+		{in: "mg k N0 R0\r\n", lease: Lease{Vivify: true}, leased: true},
+		{in: "mg k N-1 R-5\r\n", lease: Lease{Vivify: true, Expiry: relativeExpiryLimit + 1}, leased: true},
+		{in: "get k\r\n"},
+		{in: "ma k N30\r\n"},
+		{in: "md k I\r\n", invalidate: true},
+		{in: "md k I T30\r\n", invalidate: true, ttl: 30, hasTTL: true},
+		{in: "md k\r\n"},
+		{in: "ms k 1 I\r\nx\r\n"},                      // no CAS: a plain set
+		{in: "ms k 1 C5 I\r\nx\r\n", invalidate: true}, // memcached's CAS store
+		{in: "ms k 1 C5 I MR\r\nx\r\n", invalidate: true},
+		{in: "ms k 1 C5 I MA\r\nx\r\n"}, // append ignores I
+		{in: "ms k 1 C5 I ME\r\nx\r\n"},
+	} {
+		s := NewSession(0)
+		s.Decode([]byte(tc.in))
+		s.Next()
+		var r Reply
+		s.Reply(&r, nil)
+		l, ok := r.Lease()
+		ttl, hasTTL := r.MetaDeleteTTL()
+		if l != tc.lease || ok != tc.leased || r.Invalidate() != tc.invalidate || ttl != tc.ttl || hasTTL != tc.hasTTL {
+			t.Errorf("%q: lease %+v %v, invalidate %v, md T %d %v; want %+v %v, %v, %d %v", tc.in, l, ok,
+				r.Invalidate(), ttl, hasTTL, tc.lease, tc.leased, tc.invalidate, tc.ttl, tc.hasTTL)
+		}
+	}
+}

@@ -314,6 +314,10 @@ func (s *Session) Reply(dst *Reply, aux *[]byte) {
 	m.Opaque, m.RawKey = (*aux)[:no:no], (*aux)[no:]
 }
 
+// Current is the reply needs of the request being admitted, which Reply
+// copies out.
+func (s *Session) Current() *Reply { return &s.cur }
+
 // Refuse appends the text refusal of the request being admitted:
 // SERVER_ERROR with the reason binary gives. The rest of a multi-get is
 // dropped.

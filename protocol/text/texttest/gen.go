@@ -29,8 +29,9 @@ type GenOptions struct {
 
 // Gen writes seeded random pipelines of classic and meta commands, with
 // some malformed ones. Commands avoid time (every TTL is 0) and the item
-// facts neither kvd nor protocol/text's model keep (h, l, stale items, win
-// tokens).
+// facts neither kvd nor protocol/text's model keep (h, l), and the win
+// tokens and stale items protocol/text's model does not keep
+// (tests.TestMetaLeases compares those).
 type Gen struct {
 	rng  *rand.Rand
 	opts GenOptions
