@@ -35,6 +35,10 @@ type Counters struct {
 	IncrHits, IncrMisses               atomic.Int64
 	DecrHits, DecrMisses               atomic.Int64
 	CasHits, CasMisses, CasBadval      atomic.Int64
+	// TextBase and CommandsBase are the bucket's text and all data
+	// commands at its last "stats reset", where STAT's text_commands and
+	// binary_commands start (the totals feed /metrics, which only go up).
+	TextBase, CommandsBase atomic.Int64
 }
 
 // Name is the bucket's name.

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -120,6 +121,9 @@ type View struct {
 	reg      *prometheus.Registry
 	duration [2]prometheus.Observer // by latency.Class
 	retired  retired                // figures of deleted buckets, for the node totals
+	// connBase: total and refused connections at the last node-wide
+	// "stats reset", where STAT's figures start (Reset).
+	connBase struct{ total, refused atomic.Int64 }
 }
 
 // New is the view of node. It reads nothing of node until it is asked: the

@@ -26,8 +26,8 @@ func emitInt(emit Emit, name string, v int64) {
 // connection that has bucket b selected (nil for none) and may read the
 // details of the buckets canSee accepts: "" (General), "bucket_details
 // [name]" (BucketDetails), "throttle", "ingress", "cluster" (Cluster), and
-// memcached's "settings" (Front.Settings), "items", "slabs" and "sizes"
-// (noSlabs).
+// memcached's "settings" (Front.Settings), "reset" (Reset), "items",
+// "slabs" and "sizes" (noSlabs).
 // A JSON document goes to emitJSON, every other statistic to emit. A group
 // that refuses returns its error; an unknown one ErrUnknownGroup.
 func (v *View) Stats(group, arg string, b *catalog.Bucket, canSee func(string) bool, emit, emitJSON Emit) error {
@@ -44,6 +44,8 @@ func (v *View) Stats(group, arg string, b *catalog.Bucket, canSee func(string) b
 		for _, kv := range v.node.Front().Settings() {
 			emit(kv[0], []byte(kv[1]))
 		}
+	case "reset":
+		v.Reset(b, canSee)
 	case "items", "slabs", "sizes":
 		noSlabs(group, emit)
 	case "throttle":
@@ -79,20 +81,35 @@ func (v *View) General(b *catalog.Bucket, emit Emit) {
 	}
 	emitInt(emit, "threads", int64(f.Threads))
 	emitInt(emit, "curr_connections", f.Conns)
-	emitInt(emit, "total_connections", f.TotalConns)
+	emitInt(emit, "total_connections", f.TotalConns-v.connBase.total.Load())
 	emitInt(emit, "max_connections", int64(f.MaxConns))
 	emitInt(emit, "system_connections", f.SystemConns)
-	emitInt(emit, "rejected_connections", f.RefusedConns)
+	emitInt(emit, "rejected_connections", f.RefusedConns-v.connBase.refused.Load())
 	bufferStats(emit, f.Buffers)
 	if b == nil || b.Deleted() {
 		return
 	}
 	n := &b.Counters
 	emit("bucket", []byte(b.Name()))
-	for _, c := range []struct {
+	for _, c := range memcachedCounters(n) {
+		emitInt(emit, c.name, c.n.Load())
+	}
+	emitInt(emit, "curr_items", b.Store().ItemCount())
+	txt := v.node.State(b).TextCommands - n.TextBase.Load()
+	emitInt(emit, "text_commands", txt)
+	emitInt(emit, "binary_commands", b.Throttle().Stats().Commands-n.CommandsBase.Load()-txt)
+}
+
+// memcachedCounters are a bucket's memcached counters under memcached's
+// names, in its order.
+func memcachedCounters(n *catalog.Counters) []struct {
+	name string
+	n    *atomic.Int64
+} {
+	return []struct {
 		name string
 		n    *atomic.Int64
-	}{ // memcached's names, in its order
+	}{
 		{"cmd_get", &n.CmdGet}, {"cmd_set", &n.CmdSet}, {"cmd_flush", &n.CmdFlush}, {"cmd_touch", &n.CmdTouch},
 		{"get_hits", &n.GetHits}, {"get_misses", &n.GetMisses},
 		{"delete_misses", &n.DeleteMisses}, {"delete_hits", &n.DeleteHits},
@@ -100,13 +117,31 @@ func (v *View) General(b *catalog.Bucket, emit Emit) {
 		{"decr_misses", &n.DecrMisses}, {"decr_hits", &n.DecrHits},
 		{"cas_misses", &n.CasMisses}, {"cas_hits", &n.CasHits}, {"cas_badval", &n.CasBadval},
 		{"touch_hits", &n.TouchHits}, {"touch_misses", &n.TouchMisses},
-	} {
-		emitInt(emit, c.name, c.n.Load())
 	}
-	emitInt(emit, "curr_items", b.Store().ItemCount())
-	txt := v.node.State(b).TextCommands
-	emitInt(emit, "text_commands", txt)
-	emitInt(emit, "binary_commands", b.Throttle().Stats().Commands-txt)
+}
+
+// Reset is memcached's "stats reset" from a connection with bucket b
+// selected (nil for none): b's counters in the general group start again
+// from 0, for every connection that reads them, and the node's connection
+// counters (total_connections, rejected_connections) too when the
+// connection may read every bucket's figures (the Stats privilege, or a
+// node all of whose buckets it may use): a tenant resets its own figures,
+// not the operator's. /metrics is not reset: its counters only go up.
+func (v *View) Reset(b *catalog.Bucket, canSee func(string) bool) {
+	if b != nil && !b.Deleted() {
+		n := &b.Counters
+		for _, c := range memcachedCounters(n) {
+			c.n.Store(0)
+		}
+		n.TextBase.Store(v.node.State(b).TextCommands)
+		n.CommandsBase.Store(b.Throttle().Stats().Commands)
+	}
+	cat := v.node.Parts().Catalog
+	if len(cat.Names(canSee)) == len(cat.Names(func(string) bool { return true })) {
+		f := v.node.Front()
+		v.connBase.total.Store(f.TotalConns)
+		v.connBase.refused.Store(f.RefusedConns)
+	}
 }
 
 // noSlabs answers memcached's slab allocator groups: kvd has no slab

@@ -358,7 +358,7 @@ func (c *conn) textStats(group, arg string) {
 		_, reason := command.StatusOf(err)
 		c.out = text.AppendClientError(c.out, reason)
 	default:
-		c.out = text.AppendEnd(c.out)
+		c.out = text.AppendStatsEnd(c.out, group)
 	}
 }
 

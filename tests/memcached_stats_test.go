@@ -156,3 +156,74 @@ func TestStatsGroupsForMonitoring(t *testing.T) {
 		t.Errorf("binary STAT: cas_badval %q, want 0", s["cas_badval"])
 	}
 }
+
+// TestStatsReset: memcached's "stats reset", text and binary, against
+// Debian's memcached: the command counters start again from 0 (RESET over
+// text, only the terminator over binary), and count on from there as
+// memcached's do. A tenant's reset covers its bucket's figures only; the
+// node's connection counters go back to 0 for a user with the Stats
+// privilege, and /metrics, whose counters only go up, is not reset.
+func TestStatsReset(t *testing.T) {
+	mAddr := startMemcached(t)
+	metrics := freeAddr(t)
+	k := startKVD(t, testConfig, "--metrics-listen", metrics)
+	mcd, kvd := dialRaw(t, mAddr), dialRaw(t, k.Addr)
+	work := "set a 0 0 1\r\n1\r\nget a\r\nget nope\r\nincr a 1\r\ndelete a\r\ndelete a\r\ntouch nope 1\r\n"
+	for _, addr := range []string{mAddr, k.Addr} {
+		c := dialText(t, addr)
+		c.send(work + "mn\r\n")
+		c.expect("work", "STORED", "VALUE a 0 1", "1", "END", "END", "2", "DELETED", "NOT_FOUND", "NOT_FOUND", "MN")
+		c.call("stats reset", "stats reset\r\n", "RESET")
+		c.call("after the reset", "get a\r\nmn\r\n", "END", "MN")
+	}
+	for _, s := range []map[string]string{mcd.statGroup(""), kvd.statGroup("")} {
+		if s["cmd_get"] != "1" || s["get_misses"] != "1" || s["cmd_set"] != "0" || s["delete_hits"] != "0" || s["touch_misses"] != "0" {
+			t.Errorf("after a text reset and one get: %s", pickStats(s, memcachedCounters))
+		}
+	}
+	if s := kvd.statGroup(""); s["text_commands"] != "1" || s["binary_commands"] != "0" {
+		t.Errorf("kvd after a text reset and one get: text_commands %s binary_commands %s, want 1 and 0", s["text_commands"], s["binary_commands"])
+	}
+	for _, c := range []*rawConn{mcd, kvd} {
+		if s := c.statGroup("reset"); len(s) != 0 {
+			t.Errorf("binary STAT reset answered %v, want only the terminator", s)
+		}
+		c.expectStatus("get after the binary reset", reqWith(mc.OpGet, 1, nil, "x", ""), mc.StatusKeyNotFound)
+	}
+	m, kv := mcd.statGroup(""), kvd.statGroup("")
+	for _, name := range memcachedCounters {
+		if m[name] != kv[name] {
+			t.Errorf("after the binary reset: STAT %s: kvd %q, memcached %q", name, kv[name], m[name])
+		}
+	}
+	if kv["binary_commands"] != "1" || kv["text_commands"] != "0" {
+		t.Errorf("kvd after a binary reset and one GET: binary_commands %s text_commands %s", kv["binary_commands"], kv["text_commands"])
+	}
+
+	// alice's reset is her bucket's: the default bucket's counters and the
+	// node's connection counters stay.
+	kvd.expectStatus("get in default", reqWith(mc.OpGet, 1, nil, "x", ""), mc.StatusKeyNotFound)
+	alice := login(t, k.Addr, "alice", "alice-pw", "app")
+	alice.expectStatus("alice's get", reqWith(mc.OpGet, 1, nil, "x", ""), mc.StatusKeyNotFound)
+	alice.statGroup("reset")
+	if s := alice.statGroup(""); s["cmd_get"] != "0" || s["bucket"] != "app" {
+		t.Errorf("alice after her reset: bucket %s cmd_get %s, want app 0", s["bucket"], s["cmd_get"])
+	}
+	s := kvd.statGroup("")
+	if s["cmd_get"] != "2" || s["total_connections"] == "0" {
+		t.Errorf("default after alice's reset: cmd_get %s total_connections %s, want 2 and not 0", s["cmd_get"], s["total_connections"])
+	}
+	admin := login(t, k.Addr, "admin", "admin-pw", "")
+	admin.statGroup("reset")
+	if s := kvd.statGroup(""); s["total_connections"] != "0" || s["rejected_connections"] != "0" || s["cmd_get"] != "2" {
+		t.Errorf("after admin's reset (no bucket selected): total_connections %s rejected_connections %s cmd_get %s, want 0, 0, 2",
+			s["total_connections"], s["rejected_connections"], s["cmd_get"])
+	}
+	dialRaw(t, k.Addr)
+	if s := kvd.statGroup(""); s["total_connections"] != "1" {
+		t.Errorf("one connection after the node's reset: total_connections %s", s["total_connections"])
+	}
+	if got, err := scrapeMetric(metrics, "kvd_connections_total"); err != nil || got < 5 {
+		t.Errorf("kvd_connections_total %v (%v) after the reset, want every connection (at least 5)", got, err)
+	}
+}

@@ -75,6 +75,15 @@ func AppendValue(dst, key []byte, flags uint32, value []byte, cas uint64, withCA
 // AppendEnd appends "END", the end of a get/gets/gat/gats reply.
 func AppendEnd(dst []byte) []byte { return append(dst, lineEnd...) }
 
+// AppendStatsEnd appends the end of a stats reply: RESET for "stats
+// reset", END for every other group.
+func AppendStatsEnd(dst []byte, group string) []byte {
+	if group == "reset" {
+		return append(dst, "RESET\r\n"...)
+	}
+	return AppendEnd(dst)
+}
+
 // AppendNoop appends "MN", the reply to mn.
 func AppendNoop(dst []byte) []byte { return append(dst, lineMN...) }
 
