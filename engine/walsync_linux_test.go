@@ -41,8 +41,8 @@ func TestWALFileSyncsThroughAIO(t *testing.T) {
 		if err := f.SyncData(); err != nil {
 			t.Fatalf("sync %d: %v", i, err)
 		}
-		if w.plain || w.ctx == 0 {
-			t.Fatalf("sync %d took the plain fdatasync (plain %v, AIO context %d)", i, w.plain, w.ctx)
+		if w.plain || !w.used {
+			t.Fatalf("sync %d took the plain fdatasync (plain %v, through AIO %v)", i, w.plain, w.used)
 		}
 	}
 	if err := f.Close(); err != nil {
