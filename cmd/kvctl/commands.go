@@ -94,6 +94,8 @@ var commands = []*command{
 		summary: "Print a STAT group as \"name value\" lines: none for the general statistics,\n" +
 			"\"throttle\", \"ingress\", \"bucket_details\", \"bucket_details NAME\", \"cluster\",\n" +
 			"or memcached's \"settings\" (also \"items\", \"slabs\", \"sizes\": kvd has no slab classes).\n" +
+			"\"reset\" sets the selected bucket's counters back to 0 (and the node's connection\n" +
+			"counters, for a user with the Stats privilege) and prints nothing.\n" +
 			"With --json, one object: numbers as JSON numbers, names and words as strings.",
 		example: "--user admin stats bucket_details app",
 		nargs:   [2]int{0, 2},
