@@ -228,3 +228,51 @@ func TestAIOWaitDoesNotHoldUpTheGC(t *testing.T) {
 		t.Fatalf("poll event %+v, want POLLIN", ev)
 	}
 }
+
+// TestWALFilesShareAIOContexts: closing a WAL destroys no AIO context
+// (io_destroy waits for an RCU grace period, tens of milliseconds, and
+// Pebble closes a WAL with every commit waiting): the next WAL's syncs use
+// the context the last one gave back, and syncs in progress at once use
+// one context each.
+func TestWALFilesShareAIOContexts(t *testing.T) {
+	dir := t.TempDir()
+	idle := func() int {
+		aioContexts.mu.Lock()
+		defer aioContexts.mu.Unlock()
+		return len(aioContexts.free)
+	}
+	syncs := func(name string) vfs.File {
+		t.Helper()
+		f, err := pageFS{vfs.Default}.Create(filepath.Join(dir, name), walCategory)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write([]byte("record\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.SyncData(); err != nil || !f.(*walFile).used {
+			t.Fatalf("%s: sync %v, through AIO %v", name, err, f.(*walFile).used)
+		}
+		return f
+	}
+	_ = syncs("000001.log").Close()
+	n := idle()
+	if n == 0 {
+		t.Fatal("no AIO context idle after a WAL's sync and close")
+	}
+	for i := range 5 {
+		_ = syncs(fmt.Sprintf("%06d.log", i+2)).Close()
+	}
+	if got := idle(); got != n {
+		t.Fatalf("after five more WALs %d contexts idle, want the same %d: contexts set up per file", got, n)
+	}
+
+	// Two syncs at once: each takes a context of its own.
+	a, b := aioContexts.get()
+	c, d := aioContexts.get()
+	if !b || !d || a == c {
+		t.Fatalf("two contexts at once: %d %v, %d %v", a, b, c, d)
+	}
+	aioContexts.put(a)
+	aioContexts.put(c)
+}
