@@ -79,7 +79,7 @@ func Exec(bk *catalog.Bucket, r *Request, now uint32) {
 		r.CAS, r.Size, err = bk.Store().StoreN(storeMode(op, r.Hdr.CAS), r.Key, r.Value, 0, 0, r.Hdr.CAS, now)
 	case binary.OpDelete:
 		if r.Txt.Invalidate() { // md I marks the item stale: memcached counts no delete hit
-			ttl, touch := r.Txt.MetaDeleteTTL()
+			ttl, touch := r.Txt.MetaTTL()
 			if r.CAS, err = bk.Store().Invalidate(r.Key, r.Hdr.CAS, touch, ExpiryAt(ttl, now), now); err != nil {
 				count(err, nil, &bk.Counters.DeleteMisses, &bk.Counters.DeleteMisses)
 			}
@@ -94,7 +94,7 @@ func Exec(bk *catalog.Bucket, r *Request, now uint32) {
 	case binary.OpIncrement, binary.OpDecrement:
 		delta, initial, exp, _ := binary.ArithExtras(r.Extras)
 		var res engine.ArithResult
-		ttl, touch := r.Txt.ArithExpiry()
+		ttl, touch := r.Txt.MetaTTL()
 		res, err = bk.Store().ArithItem(r.Key, engine.ArithArgs{Incr: op == binary.OpIncrement,
 			Delta: delta, Initial: initial, Expiry: ExpiryAt(exp, now), Create: exp != NoCreate,
 			CAS: r.Hdr.CAS, Touch: touch, NewExpiry: ExpiryAt(ttl, now)}, now)

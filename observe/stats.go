@@ -100,16 +100,16 @@ func (v *View) General(b *catalog.Bucket, emit Emit) {
 	emitInt(emit, "binary_commands", b.Throttle().Stats().Commands-n.CommandsBase.Load()-txt)
 }
 
-// memcachedCounters are a bucket's memcached counters under memcached's
-// names, in its order.
-func memcachedCounters(n *catalog.Counters) []struct {
+// counter is one of a bucket's memcached counters.
+type counter struct {
 	name string
 	n    *atomic.Int64
-} {
-	return []struct {
-		name string
-		n    *atomic.Int64
-	}{
+}
+
+// memcachedCounters are a bucket's memcached counters under memcached's
+// names, in its order.
+func memcachedCounters(n *catalog.Counters) []counter {
+	return []counter{
 		{"cmd_get", &n.CmdGet}, {"cmd_set", &n.CmdSet}, {"cmd_flush", &n.CmdFlush}, {"cmd_touch", &n.CmdTouch},
 		{"get_hits", &n.GetHits}, {"get_misses", &n.GetMisses},
 		{"delete_misses", &n.DeleteMisses}, {"delete_hits", &n.DeleteHits},

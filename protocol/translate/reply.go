@@ -31,11 +31,12 @@ func (r *Reply) Text() bool { return r.kind != text.KindNone }
 // mismatch memcached counts as a delete miss (binary DELETE's as nothing).
 func (r *Reply) MetaDelete() bool { return r.kind == text.KindMetaDelete }
 
-// ArithExpiry is meta arithmetic's T flag, which binary's INCR and DECR
-// cannot carry: the expiry (as binary's extras give one) the item takes
-// when the arithmetic succeeds. false: the command has none.
-func (r *Reply) ArithExpiry() (uint32, bool) {
-	if r.kind != text.KindMetaArithmetic || !r.meta.HasTTL {
+// MetaTTL is a meta command's T flag where binary's request cannot carry
+// it (ma's INCR and DECR, md's DELETE): the expiry, as binary's extras
+// state one, the item takes when the command succeeds. false: the command
+// has none.
+func (r *Reply) MetaTTL() (uint32, bool) {
+	if !r.kind.Meta() || !r.meta.HasTTL {
 		return 0, false
 	}
 	return Expiry(r.meta.TTL), true
@@ -81,16 +82,6 @@ func (r *Reply) Invalidate() bool {
 		return r.meta.Invalidate && r.hasCAS && (r.meta.Mode == text.ModeSet || r.meta.Mode == text.ModeReplace)
 	}
 	return false
-}
-
-// MetaDeleteTTL is md's T flag, which binary's DELETE cannot carry: the
-// expiry (as binary's extras state one) an invalidated item takes; false:
-// none given.
-func (r *Reply) MetaDeleteTTL() (uint32, bool) {
-	if r.kind != text.KindMetaDelete || !r.meta.HasTTL {
-		return 0, false
-	}
-	return Expiry(r.meta.TTL), true
 }
 
 // Result is a translated request's binary result, as the server executed

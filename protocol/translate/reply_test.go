@@ -226,7 +226,7 @@ func TestLeaseAndInvalidate(t *testing.T) {
 		var r Reply
 		s.Reply(&r, nil)
 		l, ok := r.Lease()
-		ttl, hasTTL := r.MetaDeleteTTL()
+		ttl, hasTTL := r.MetaTTL()
 		if l != tc.lease || ok != tc.leased || r.Invalidate() != tc.invalidate || ttl != tc.ttl || hasTTL != tc.hasTTL {
 			t.Errorf("%q: lease %+v %v, invalidate %v, md T %d %v; want %+v %v, %v, %d %v", tc.in, l, ok,
 				r.Invalidate(), ttl, hasTTL, tc.lease, tc.leased, tc.invalidate, tc.ttl, tc.hasTTL)
