@@ -113,6 +113,14 @@ func (b *Bucket) setState(s bucketState) {
 // not allocate when dst has room. It answers from the resident item cache
 // when it can, and otherwise reads Pebble and makes the item resident.
 // Errors: ErrNotFound (missing or expired).
+//
+// A miss reads Pebble without a lock, and its answer stands only if no
+// mutation in the key's cache shard was under way at the miss or began
+// during the read (the fill token says). Otherwise the read may have seen a
+// commit whose mutation has not updated the cache yet: answering it while
+// the cache still shows the version before would let a reader see the item
+// go back in time on its next look. Get then reads again under the key's
+// stripe lock, when no mutation of the key is in flight.
 func (b *Bucket) Get(key []byte, now uint32, dst []byte) (Item, error) {
 	if err := b.flushDue(now); err != nil {
 		return Item{}, err
@@ -122,39 +130,52 @@ func (b *Bucket) Get(key []byte, now uint32, dst []byte) (Item, error) {
 	}
 	defer b.leave()
 	c := b.db.cache
-	var tok fillToken
-	if c != nil {
-		it, hit, t := c.get(b.id, key, now, dst)
-		if hit {
-			return it, nil
-		}
-		if t.absent {
-			return Item{}, ErrNotFound
-		}
-		tok = t
+	if c == nil {
+		_, it, err := b.read(key, now, dst)
+		return it, err
 	}
+	it, hit, tok := c.get(b.id, key, now, dst)
+	switch {
+	case hit:
+		return it, nil
+	case tok.absent:
+		return Item{}, ErrNotFound
+	case !tok.busy:
+		if hook := b.db.testHookMissed; hook != nil {
+			hook()
+		}
+		h, it, err := b.read(key, now, dst)
+		if hook := b.db.testHookBeforeFill; hook != nil {
+			hook()
+		}
+		if c.fill(tok, b.id, key, h, it.Value, err == nil) {
+			return it, err
+		}
+	}
+	s := b.db.locks.lock(b.id, key)
+	defer s.Unlock()
+	_, it, err := b.read(key, now, dst)
+	return it, err
+}
+
+// read reads key's live item from Pebble, its value appended to dst[:0].
+func (b *Bucket) read(key []byte, now uint32, dst []byte) (header, Item, error) {
 	kb := getKeyBuf()
 	defer putKeyBuf(kb)
 	kb.b = appendItemKey(kb.b[:0], b.id, key)
 	rec, closer, err := b.db.pdb.Get(kb.b)
 	if err != nil {
-		return Item{}, readErr(err)
+		return header{}, Item{}, readErr(err)
 	}
 	defer closer.Close()
 	h, v, ok := decodeRecord(rec)
 	if !ok {
-		return Item{}, errCorrupt(b, key)
+		return header{}, Item{}, errCorrupt(b, key)
 	}
 	if !h.live(now) {
-		return Item{}, ErrNotFound
+		return header{}, Item{}, ErrNotFound
 	}
-	if c != nil {
-		if hook := b.db.testHookBeforeFill; hook != nil {
-			hook()
-		}
-		c.fill(tok, b.id, key, h, v)
-	}
-	return h.item(append(dst[:0], v...)), nil
+	return h, h.item(append(dst[:0], v...)), nil
 }
 
 // Peek looks key up in the resident item cache only, for callers that must
@@ -523,7 +544,8 @@ func (b *Bucket) mutate(key []byte, now uint32, needValue bool, fn func(ik []byt
 	s := b.db.locks.lock(b.id, key)
 	defer s.Unlock()
 	if c := b.db.cache; c != nil {
-		h, resident, absent := c.header(b.id, key)
+		cs, h, resident, absent := c.begin(b.id, key)
+		defer cs.end()
 		switch {
 		case absent:
 			return fn(kb.b, current{}) // a complete cache: no such item on disk
@@ -589,6 +611,9 @@ func (b *Bucket) putLocked(ik, key []byte, cur *current, h header, v1, v2 []byte
 	}
 	if !cur.exists {
 		b.count.Add(1)
+	}
+	if hook := b.db.testHookCommitted; hook != nil {
+		hook()
 	}
 	if b.db.cache != nil {
 		b.db.cache.set(b.id, key, h, v1, v2)

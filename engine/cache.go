@@ -38,10 +38,11 @@ type CacheStats struct {
 // budget and evict by CLOCK. Safe for concurrent use; every method takes one
 // shard lock at a time and never holds it across I/O or a blocking call.
 //
-// Coherence is the callers' business (see the package doc): mutations call
-// set or remove under the key's stripe lock after their Pebble commit, and
-// Get fills the cache only through fill with the token of its miss, which
-// drops the fill if a mutation touched the shard since then.
+// Coherence is the callers' business (see the package doc): a mutation
+// brackets its Pebble commit with begin and end under the key's stripe
+// lock and calls set or remove after the commit, and Get fills the cache
+// only through fill with the token of its miss, which drops the fill if a
+// mutation in the shard began since the miss or was under way at it.
 type itemCache struct {
 	seed     maphash.Seed
 	capacity int64
@@ -59,10 +60,14 @@ type cacheShard struct {
 	free  []int32          // guarded by mu; unused slots
 	hand  int              // guarded by mu; CLOCK hand
 	bytes int64            // guarded by mu; charged bytes resident
-	// seq counts mutations (set, remove) in this shard. A Get that missed
-	// fills in what it read from Pebble only if seq has not moved since the
-	// miss, so it never installs a value older than a mutation's.
+	// seq counts mutations' begins (and sets and removes) in this shard,
+	// and pending the mutations between begin and end: committing, their
+	// cache update not yet made. A Get that missed fills in what it read
+	// from Pebble only if no mutation was pending at the miss and seq has
+	// not moved since, so what it installs is what Pebble held all along:
+	// never a value older than one another reader has already been given.
 	seq                     uint64 // guarded by mu
+	pending                 int    // guarded by mu
 	hits, misses, evictions uint64 // guarded by mu
 	// complete (guarded by mu) holds while every item record in Pebble
 	// whose hash falls in this shard is resident, expired ones included:
@@ -106,6 +111,9 @@ type fillToken struct {
 	// absent: the shard is complete, so the miss is the answer and there
 	// is nothing to read (or fill).
 	absent bool
+	// busy: a mutation in the shard was between begin and end at the miss,
+	// so Pebble may already hold a version the cache does not: no fill.
+	busy bool
 }
 
 // newItemCache returns a cache of capacity bytes, or nil if capacity < 0.
@@ -160,50 +168,67 @@ func (c *itemCache) get(id uint32, key []byte, now uint32, dst []byte) (Item, bo
 		}
 	}
 	s.misses++
-	return Item{}, false, fillToken{hash: h, seq: s.seq, absent: s.complete}
+	return Item{}, false, fillToken{hash: h, seq: s.seq, absent: s.complete, busy: s.pending > 0}
 }
 
-// header returns the resident header of key (expired or not), for a
+// begin starts a mutation of key: until the returned shard's end, no Get
+// fills the shard, and a Get that missed before begin fills nothing either
+// (its read may predate the commit). Without this a Get that read the old
+// version before the commit could install it after another Get had read
+// the new one from Pebble, and a reader would see the item go back in time.
+//
+// It also returns the resident header of key (expired or not), for a
 // mutation that needs no old value: it then skips its Pebble read. The
 // caller holds the key's stripe lock, so no mutation of the key is between
 // its commit and its cache update: a resident entry is what Pebble holds.
 // It counts neither a hit nor a miss and leaves the CLOCK bit alone.
 // absent reports a miss in a complete shard: the item does not exist.
-func (c *itemCache) header(id uint32, key []byte) (hd header, resident, absent bool) {
+func (c *itemCache) begin(id uint32, key []byte) (s *cacheShard, hd header, resident, absent bool) {
 	h := c.hash(id, key)
-	s := c.shard(h)
+	s = c.shard(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.seq++
+	s.pending++
 	i, ok := s.findLocked(h, id, key)
 	if !ok {
-		return header{}, false, s.complete
+		return s, header{}, false, s.complete
 	}
-	e := &s.slots[i]
-	return e.header(), true, false
+	return s, s.slots[i].header(), true, false
 }
 
-// fill installs an item a Get read from Pebble after the miss that returned
-// tok, unless a mutation changed the shard since (the read may predate it)
-// or the item is resident again (a fill or mutation since put the current
-// version there).
-func (c *itemCache) fill(tok fillToken, id uint32, key []byte, hd header, value []byte) {
+// end ends a mutation begun in s, after its cache update (set or remove),
+// or without one when it wrote nothing.
+func (s *cacheShard) end() {
+	s.mu.Lock()
+	s.pending--
+	s.mu.Unlock()
+}
+
+// fill reports whether what a Get read from Pebble after the miss that
+// returned tok is what Pebble held all along: no mutation in the shard was
+// under way at the miss or has begun since. If so, and the Get found the
+// item (found), fill makes it resident unless it is resident already (a
+// fill or mutation since put this same version there).
+func (c *itemCache) fill(tok fillToken, id uint32, key []byte, hd header, value []byte, found bool) bool {
 	s := c.shard(tok.hash)
-	if !s.fits(len(key) + len(value)) {
-		return
+	if tok.busy {
+		return false
 	}
 	s.mu.Lock()
 	_, resident := s.index[tok.hash]
-	stale := s.seq != tok.seq
+	settled := s.seq == tok.seq
 	s.mu.Unlock()
-	if stale || resident {
-		return // skip the allocation
+	if !settled || !found || resident || !s.fits(len(key)+len(value)) {
+		return settled
 	}
-	buf := newEntryBuf(key, value, nil)
+	buf := newEntryBuf(key, value, nil) // outside the lock
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, resident := s.index[tok.hash]; s.seq == tok.seq && !resident {
 		s.installLocked(tok.hash, id, len(key), hd, buf)
 	}
+	return true
 }
 
 // set makes key's entry hold the item a mutation just committed: value

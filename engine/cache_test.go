@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -181,7 +184,8 @@ func TestCacheGet(t *testing.T) {
 
 // TestCacheFillLosesToMutation: a Get that read Pebble before a concurrent
 // mutation committed must not install what it read after the mutation
-// updated the cache. The hook runs the mutation in that window.
+// updated the cache, nor answer it: it reads again, and answers what
+// Pebble holds after the mutation. The hook runs the mutation in that window.
 func TestCacheFillLosesToMutation(t *testing.T) {
 	mutations := map[string]func(*Bucket) error{
 		"store": func(b *Bucket) error {
@@ -210,8 +214,15 @@ func TestCacheFillLosesToMutation(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			wantItem(t, b, "k", "old", 0, 0, t0) // linearised before the mutation
+			got, err := b.Get([]byte("k"), t0, nil)
 			want, found := pebbleItem(t, b, "k")
+			switch {
+			case found != (err == nil):
+				t.Fatalf("Get = %q, %v; Pebble has the item: %v", got.Value, err, found)
+			case found && (got.CAS != want.CAS || got.Expiry != want.Expiry || !bytes.Equal(got.Value, want.Value)):
+				t.Fatalf("Get = %q cas %d exp %d, Pebble has %q cas %d exp %d",
+					got.Value, got.CAS, got.Expiry, want.Value, want.CAS, want.Expiry)
+			}
 			it, ok := b.Peek([]byte("k"), t0, nil)
 			switch {
 			case ok && !found:
@@ -222,6 +233,150 @@ func TestCacheFillLosesToMutation(t *testing.T) {
 			}
 			checkCache(t, db.cache)
 		})
+	}
+}
+
+// heldStore stores value under key in the background and holds the store
+// between its commit and its cache update until release, which returns the
+// store's error. It returns once the store has committed.
+func heldStore(db *DB, b *Bucket, key, value string) (release func() error) {
+	committed, hold, stored := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	db.testHookCommitted = func() { close(committed); <-hold }
+	go func() {
+		_, err := b.Store(ModeSet, []byte(key), []byte(value), 0, 0, 0, t0)
+		stored <- err
+	}()
+	<-committed
+	return func() error {
+		close(hold)
+		return <-stored
+	}
+}
+
+// getAsync runs Get in the background; its answer arrives on the channel.
+func getAsync(t *testing.T, b *Bucket, key string) <-chan string {
+	ch := make(chan string, 1)
+	go func() {
+		it, err := b.Get([]byte(key), t0, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- string(it.Value)
+	}()
+	return ch
+}
+
+// answered returns Get's answer if it comes within a short while.
+func answered(ch <-chan string) (string, bool) {
+	select {
+	case v := <-ch:
+		return v, true
+	case <-time.After(100 * time.Millisecond):
+		return "", false
+	}
+}
+
+// TestCacheMonotonicReads: once a Get has answered a version, no look at
+// the item answers an older one. A Store's commit becomes visible in
+// Pebble before its cache update, and a Get that reads Pebble in between
+// must neither answer the new version while the cache still shows the old
+// one nor let an old version it read be filled in after. Each subtest
+// holds the store between its commit and its cache update, takes the
+// answers that come meanwhile, and checks that Peek shows nothing older.
+func TestCacheMonotonicReads(t *testing.T) {
+	// X reads the old version and is about to fill it in; the store
+	// commits; Y misses and reads the new version. X's fill must lose (or
+	// the cache shows old after Y answered new).
+	t.Run("stale fill", func(t *testing.T) {
+		db := openTest(t, withCache(DefaultItemCacheSize))
+		b := newBucketT(t, db, "b")
+		mustStore(t, b, ModeSet, "k", "old", 0, 0)
+		evictKey(db.cache, b.id, []byte("k"))
+		held := make(chan func() error, 1)
+		yc := make(chan (<-chan string), 1)
+		yAtFill, xDone := make(chan struct{}), make(chan struct{})
+		var fills atomic.Int32
+		db.testHookBeforeFill = func() {
+			switch fills.Add(1) {
+			case 1: // X, holding the old version
+				held <- heldStore(db, b, "k", "new")
+				yc <- getAsync(t, b, "k")
+				select { // Y reaches its fill, or waits for the store
+				case <-yAtFill:
+				case <-time.After(100 * time.Millisecond):
+				}
+			case 2: // Y, holding what it read: X fills first
+				close(yAtFill)
+				select {
+				case <-xDone:
+				case <-time.After(time.Second):
+				}
+			}
+		}
+		x := getAsync(t, b, "k")
+		release, y := <-held, <-yc
+		xv, xEarly := answered(x)
+		close(xDone)
+		yv, yEarly := answered(y)
+		checkNotOlder(t, b, "k", xv, yv)
+		if err := release(); err != nil {
+			t.Fatal(err)
+		}
+		if !xEarly {
+			xv = <-x
+		}
+		if !yEarly {
+			yv = <-y
+		}
+		if xv != "old" && xv != "new" || yv != "new" {
+			t.Errorf("X answered %q, Y %q; want old or new, and new", xv, yv)
+		}
+		wantPeek(t, b, "k", "new", 0, 0, 0, t0)
+		checkCache(t, db.cache)
+	})
+	// Y misses; X fills the old version; the store commits; Y reads the new
+	// version from Pebble while the cache shows the old one. Y must not
+	// answer before the store has updated the cache.
+	t.Run("read ahead of the cache", func(t *testing.T) {
+		db := openTest(t, withCache(DefaultItemCacheSize))
+		b := newBucketT(t, db, "b")
+		mustStore(t, b, ModeSet, "k", "old", 0, 0)
+		evictKey(db.cache, b.id, []byte("k"))
+		held := make(chan func() error, 1)
+		var misses atomic.Int32
+		db.testHookMissed = func() {
+			if misses.Add(1) != 1 {
+				return // X
+			}
+			wantItem(t, b, "k", "old", 0, 0, t0) // X: fills old
+			wantPeek(t, b, "k", "old", 0, 0, 0, t0)
+			held <- heldStore(db, b, "k", "new")
+		}
+		y := getAsync(t, b, "k")
+		release := <-held
+		yv, early := answered(y)
+		checkNotOlder(t, b, "k", yv)
+		if err := release(); err != nil {
+			t.Fatal(err)
+		}
+		if !early {
+			yv = <-y
+		}
+		if yv != "new" {
+			t.Errorf("Y answered %q after the commit; want new", yv)
+		}
+		wantPeek(t, b, "k", "new", 0, 0, 0, t0)
+		checkCache(t, db.cache)
+	})
+}
+
+// checkNotOlder fails if Peek shows "old" after a Get answered "new" ("",
+// no answer yet).
+func checkNotOlder(t *testing.T, b *Bucket, key string, answers ...string) {
+	t.Helper()
+	it, ok := b.Peek([]byte(key), t0, nil)
+	if ok && string(it.Value) == "old" && slices.Contains(answers, "new") {
+		t.Errorf("a Get answered new during the store (answers %q); Peek then old", answers)
 	}
 }
 

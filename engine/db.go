@@ -38,12 +38,15 @@ type DB struct {
 	// cache is the resident item cache; nil when Options.ItemCacheSize < 0.
 	cache *itemCache
 
-	// testHookBeforeFill, if set (by tests only), runs in Get between its
-	// Pebble read and its cache fill.
-	testHookBeforeFill func()
+	// testHookMissed and testHookBeforeFill, if set (by tests only), run in
+	// Get after a cache miss, before its Pebble read and before its fill.
+	testHookMissed, testHookBeforeFill func()
 	// testHookRead, if set (by tests only), runs when a mutation reads the
 	// key's current record from Pebble.
 	testHookRead func()
+	// testHookCommitted, if set (by tests only), runs when a store has
+	// committed, before it updates the cache.
+	testHookCommitted func()
 
 	// adminMu serialises registry changes, PutMeta and Close. It is held
 	// across their fsyncs, so nothing on a hot path may take it.

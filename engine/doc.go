@@ -118,12 +118,19 @@
 //     no mutation returns before the cache shows it, and nothing uncommitted
 //     is ever resident.
 //   - A Get that misses reads Pebble without a stripe lock, so a mutation may
-//     commit and update the cache between its read and its fill. Each shard
-//     counts mutations (seq, bumped under the shard lock with the update);
-//     the miss records seq and the fill installs only if seq is unchanged
-//     and the key is not resident. If a mutation committed before the read,
-//     the read saw it; if after, it bumped seq before the fill (fill
-//     skipped) or updates the entry after it (fill overwritten).
+//     commit during its read, and a commit is visible in Pebble before the
+//     mutation updates the cache. Each mutation (the sweeper's deletes
+//     too) brackets its read, commit and cache update with the shard's
+//     begin and end: begin bumps the shard's seq and counts the mutation
+//     pending, end uncounts it. The miss records seq and whether a
+//     mutation was pending. If none was and seq has not moved by the end
+//     of the read, what the Get read is what Pebble held all along: it
+//     answers it and fills it in (unless the key is resident again).
+//     Otherwise it neither fills nor answers what it read, but reads again
+//     under the key's stripe lock, after any mutation of the key has
+//     updated the cache. So no reader sees an item go back in time: an old
+//     version filled in after a newer one was read, or a newer one answered
+//     from Pebble while the cache still shows the old.
 //   - Flush drops the bucket's entries while it holds the bucket exclusively,
 //     after its commit; DeleteBucket drops them once the bucket is marked
 //     deleted, before its commit; Close drops everything after closing the

@@ -138,6 +138,10 @@ func (b *Bucket) expire(ek []byte, now uint32) (bool, error) {
 	kb.b = appendItemKey(kb.b[:0], b.id, key)
 	s := b.db.locks.lock(b.id, key)
 	defer s.Unlock()
+	if c := b.db.cache; c != nil {
+		cs, _, _, _ := c.begin(b.id, key)
+		defer cs.end()
+	}
 	cur, err := b.readLocked(kb.b, key, now)
 	if err != nil {
 		return false, err
