@@ -188,14 +188,22 @@ func (tc *testCluster) testHardLimit(t *testing.T) {
 // wantClusterUsage fails unless STAT cluster on n shows bucket's cluster
 // usage near want. Each node publishes its last second's usage once a tick,
 // so one reading mixes seconds that end at different moments; the median of
-// five readings half a second apart must be within 15%.
+// five readings half a second apart must be within 15%. A node whose
+// publication is late (etcd slow to write on a loaded machine) holds an old
+// figure for a while, so the readings go on for up to 8 s until the last
+// five pass.
 func (tc *testCluster) wantClusterUsage(t *testing.T, n *clusterNode, bucket string, want int) {
 	var seen []int
-	for range 5 {
+	within := func(v int) bool { return float64(v) >= 0.85*float64(want) && float64(v) <= 1.15*float64(want) }
+	for range 16 {
 		for _, sh := range tc.admin(n).clusterStat().Shares {
 			if sh.Bucket == bucket {
 				seen = append(seen, int(sh.ClusterUsage))
 			}
+		}
+		if len(seen) >= 5 && within(medianInt(seen[len(seen)-5:])) {
+			t.Logf("STAT cluster on %s: %s's cluster usage in the last second, readings: %v", n.name, bucket, seen)
+			return
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -203,12 +211,14 @@ func (tc *testCluster) wantClusterUsage(t *testing.T, n *clusterNode, bucket str
 		t.Errorf("STAT cluster on %s: no share for %s", n.name, bucket)
 		return
 	}
-	slices.Sort(seen)
-	med := seen[len(seen)/2]
-	t.Logf("STAT cluster on %s: %s's cluster usage in the last second, five readings: %v", n.name, bucket, seen)
-	if float64(med) < 0.85*float64(want) || float64(med) > 1.15*float64(want) {
-		t.Errorf("STAT cluster on %s: %s's cluster usage median %d units/s, want %d ± 15%%", n.name, bucket, med, want)
-	}
+	t.Errorf("STAT cluster on %s: %s's cluster usage readings %v: no five in a row with a median within %d ± 15%% units/s",
+		n.name, bucket, seen, want)
+}
+
+// medianInt is the median of v (the upper one of an even count).
+func medianInt(v []int) int {
+	s := slices.Sorted(slices.Values(v))
+	return s[len(s)/2]
 }
 
 // testReserved: res (1500 reserved cluster-wide) loaded at 1500/s through

@@ -310,23 +310,17 @@ func TestDeadlineExpiredInQueue(t *testing.T) {
 	probe.hello(featXError)
 	w := newSlowWriters(t, k.Addr, 2)
 	var key string
-	var reason string
-	var took time.Duration
-	// A loaded machine learns a large write pXX, and the gate may then
-	// refuse a probe up front ("cannot be met"): that is not the path
-	// under test, so probe again (fewer writers first, which hold less of
-	// the gate's demand) until one is admitted and expires in the queue.
-	for try := 0; ; try++ {
-		res, d := probeUntil(t, probe, w, []int{2, 4, 8, 32, 64}, mc.StatusTemporaryFailure, func(i int) *mc.Request {
-			key = "probe" + strconv.Itoa(try) + "-" + strconv.Itoa(i)
+	// A loaded machine learns a large write pXX, and the gate then refuses
+	// many probes up front ("cannot be met"): that is not the path under
+	// test, so probe on until one is admitted and expires in the queue (a
+	// CI run's sixteen tries 300 ms apart were all refused up front).
+	res, took := probeUntilNot(t, probe, w, []int{2, 4, 8, 32, 64}, mc.StatusTemporaryFailure,
+		func(res *mc.Response) bool { return strings.Contains(xerrorContext(t, res), "cannot be met") },
+		func(i int) *mc.Request {
+			key = "probe" + strconv.Itoa(i)
 			return reqWith(mc.OpSet, uint32(i), mc.AppendSetExtras(nil, 0, 0), key, "v")
 		})
-		reason, took = xerrorContext(t, res), d
-		if !strings.Contains(reason, "cannot be met") || try == 15 {
-			break
-		}
-		time.Sleep(300 * time.Millisecond) // a load spike passes (a CI run's six tries all fell within 1.5 s)
-	}
+	reason := xerrorContext(t, res)
 	t.Logf("reason %q after %v", reason, took)
 	m := regexp.MustCompile(`^deadline passed after (\d+) ms in the queue of bucket default$`).FindStringSubmatch(reason)
 	if m == nil {
