@@ -168,6 +168,7 @@ func execRead(bk *catalog.Bucket, r *Request, now uint32, touch bool) error {
 func (r *Request) SetItem(key []byte, it engine.Item) {
 	r.Key, r.Res, r.Flags, r.CAS, r.Exp = key, it.Value, it.Flags, it.CAS, it.Expiry
 	r.StaleItem, r.TokenSent = it.Stale, it.TokenSent
+	r.Fetched, r.Accessed = it.Fetched, it.Accessed
 }
 
 // LeaseOf is the lease a meta get (txt) asks for at now (translate.Lease

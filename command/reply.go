@@ -108,15 +108,17 @@ func (e *Encoder) Result(dst []byte, r *Request) []byte {
 }
 
 // text encodes the reply to a text request (package translate); the
-// clock is read only when the reply may show a remaining TTL.
+// clock is read only when the reply may show a remaining TTL or the time
+// since the item's last access.
 func (e *Encoder) text(dst []byte, r *Request) []byte {
 	var now int64
-	if r.Exp != 0 {
+	if r.Exp != 0 || r.Accessed != 0 && r.Txt.ShowsLastAccess() {
 		now = e.Now().Unix()
 	}
 	return r.Txt.Append(dst, &translate.Result{Op: r.Hdr.Op, Status: r.Status, Reason: r.Reason,
 		Key: r.Key, Value: r.Res, Flags: r.Flags, CAS: r.CAS, Number: r.Num, Created: r.Made,
-		Expiry: r.Exp, Stale: r.StaleItem, TokenSent: r.TokenSent, Won: r.Won}, now)
+		Expiry: r.Exp, Stale: r.StaleItem, TokenSent: r.TokenSent, Won: r.Won,
+		Fetched: r.Fetched, Accessed: r.Accessed}, now)
 }
 
 // Reply encodes a reply to h in the framing the request used.

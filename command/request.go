@@ -33,6 +33,10 @@ type Request struct {
 	// A meta get's item states (engine.Lease): stale, its win token
 	// handed out before, won by this command (which then wrote the item).
 	StaleItem, TokenSent, Won bool
+	// Its reads before (engine.Item): read before, last accessed (Unix
+	// seconds, 0 = unknown); a meta get's h and l.
+	Fetched  bool
+	Accessed uint32
 
 	RU, WU    int64          // units charged
 	Throttled time.Duration  // how long throttling held it
@@ -89,6 +93,7 @@ func (r *Request) Release() {
 	r.Granted = time.Time{}
 	r.Exp, r.Made = 0, false
 	r.StaleItem, r.TokenSent, r.Won = false, false, false
+	r.Fetched, r.Accessed = false, 0
 	if r.Txt.Text() {
 		r.Txt = translate.Reply{}
 	}

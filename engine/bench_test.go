@@ -277,7 +277,7 @@ func BenchmarkCacheGetLarge(b *testing.B) {
 	b.Run("cache", func(b *testing.B) {
 		c := newItemCache(2 << 30)
 		for _, k := range keys {
-			c.set(1, k, header{flags: 1}, val, nil)
+			c.set(1, k, header{flags: 1}, val, nil, access{now: t0})
 		}
 		dst := make([]byte, 0, 2048)
 		b.ResetTimer()

@@ -20,6 +20,14 @@ type Item struct {
 	// The meta protocol's states (see Lease): the item was invalidated
 	// (md I, ms I), and a win token for it was handed out.
 	Stale, TokenSent bool
+	// Its reads before this one, for the meta protocol's h and l (see
+	// fetchState): whether it was read since it was stored, and when it
+	// was last accessed (Unix seconds: stored, or last read, its first
+	// read excepted, as in memcached). Kept while the item is resident in
+	// the item cache; an item read from Pebble reads as never read and
+	// accessed now.
+	Fetched  bool
+	Accessed uint32
 }
 
 // StoreMode selects the memcached store command.
@@ -148,7 +156,7 @@ func (b *Bucket) Get(key []byte, now uint32, dst []byte) (Item, error) {
 		if hook := b.db.testHookBeforeFill; hook != nil {
 			hook()
 		}
-		if c.fill(tok, b.id, key, h, it.Value, err == nil) {
+		if c.fill(tok, b.id, key, h, it.Value, err == nil, now) {
 			return it, err
 		}
 	}
@@ -175,7 +183,9 @@ func (b *Bucket) read(key []byte, now uint32, dst []byte) (header, Item, error) 
 	if !h.live(now) {
 		return header{}, Item{}, ErrNotFound
 	}
-	return h, h.item(append(dst[:0], v...)), nil
+	it := h.item(append(dst[:0], v...))
+	it.Accessed = now
+	return h, it, nil
 }
 
 // Peek looks key up in the resident item cache only, for callers that must
@@ -206,10 +216,11 @@ func (b *Bucket) Touch(key []byte, expiry, now uint32, dst []byte) (Item, error)
 		}
 		h := cur.h
 		h.expiry = expiry
-		if err := b.putLocked(ik, key, &cur, h, cur.value, nil); err != nil {
+		if err := b.putLocked(ik, key, &cur, h, cur.value, nil, access{now: now, keep: true, fetch: true}); err != nil {
 			return err
 		}
 		it = h.item(append(dst[:0], cur.value...))
+		cur.fetched(&it)
 		return nil
 	})
 	return it, err
@@ -269,7 +280,7 @@ func (b *Bucket) StoreN(mode StoreMode, key, value []byte, flags, expiry uint32,
 		}
 		h.cas = b.db.nextCAS()
 		newCAS = h.cas
-		return b.putLocked(ik, key, &cur, h, v1, v2)
+		return b.putLocked(ik, key, &cur, h, v1, v2, access{now: now})
 	})
 	if err != nil {
 		return 0, 0, err
@@ -348,7 +359,7 @@ func (b *Bucket) Invalidate(key []byte, cas uint64, touch bool, expiry, now uint
 		}
 		h.cas = b.db.nextCAS()
 		newCAS = h.cas
-		return b.putLocked(ik, key, &cur, h, cur.value, nil)
+		return b.putLocked(ik, key, &cur, h, cur.value, nil, access{now: now, keep: true})
 	})
 	return newCAS, err
 }
@@ -398,6 +409,7 @@ func (b *Bucket) Lease(key []byte, a LeaseArgs, now uint32, dst []byte) (it Item
 			return ErrNotFound
 		}
 		it.Value = append(dst[:0], v...)
+		cur.fetched(&it)
 		if !won && !a.Touch {
 			return nil // a read: nothing to write
 		}
@@ -407,7 +419,7 @@ func (b *Bucket) Lease(key []byte, a LeaseArgs, now uint32, dst []byte) (it Item
 		if won {
 			h.state |= stateTokenSent
 		}
-		return b.putLocked(ik, key, &cur, h, v, nil)
+		return b.putLocked(ik, key, &cur, h, v, nil, access{now: now, keep: !created})
 	})
 	return it, won, created, err
 }
@@ -487,7 +499,7 @@ func (b *Bucket) ArithItem(key []byte, a ArithArgs, now uint32) (ArithResult, er
 		h.cas = b.db.nextCAS()
 		newCAS = h.cas
 		var digits [maxDigits]byte
-		return b.putLocked(ik, key, &cur, h, strconv.AppendUint(digits[:0], n, 10), nil)
+		return b.putLocked(ik, key, &cur, h, strconv.AppendUint(digits[:0], n, 10), nil, access{now: now})
 	})
 	if err != nil {
 		return ArithResult{}, err
@@ -511,8 +523,15 @@ type current struct {
 	exists bool // a record exists, live or expired
 	live   bool // it exists and has not expired
 	h      header
-	value  []byte    // valid until release
-	closer io.Closer // pins value
+	value  []byte     // valid until release
+	closer io.Closer  // pins value
+	fetch  fetchState // the item's reads so far (resident ones only)
+}
+
+// fetched sets it's read history to cur's: what a mutation that reads
+// (touch, a meta get's lease) reports, as it was before.
+func (cur *current) fetched(it *Item) {
+	it.Fetched, it.Accessed = cur.fetch.fetched, cur.fetch.atime
 }
 
 func (c *current) release() {
@@ -543,14 +562,17 @@ func (b *Bucket) mutate(key []byte, now uint32, needValue bool, fn func(ik []byt
 	kb.b = appendItemKey(kb.b[:0], b.id, key)
 	s := b.db.locks.lock(b.id, key)
 	defer s.Unlock()
+	fetch := fetchState{atime: now} // not resident: as if just stored
 	if c := b.db.cache; c != nil {
-		cs, h, resident, absent := c.begin(b.id, key)
+		cs, h, f, resident, absent := c.begin(b.id, key)
 		defer cs.end()
 		switch {
 		case absent:
-			return fn(kb.b, current{}) // a complete cache: no such item on disk
+			return fn(kb.b, current{fetch: fetch}) // a complete cache: no such item on disk
 		case resident && !needValue:
-			return fn(kb.b, current{exists: true, live: h.live(now), h: h})
+			return fn(kb.b, current{exists: true, live: h.live(now), h: h, fetch: f})
+		case resident:
+			fetch = f
 		}
 	}
 	cur, err := b.readLocked(kb.b, key, now)
@@ -558,6 +580,7 @@ func (b *Bucket) mutate(key []byte, now uint32, needValue bool, fn func(ik []byt
 		return err
 	}
 	defer cur.release()
+	cur.fetch = fetch
 	return fn(kb.b, cur)
 }
 
@@ -585,7 +608,7 @@ func (b *Bucket) readLocked(ik, key []byte, now uint32) (current, error) {
 // putLocked writes item ik = header h ‖ v1 ‖ v2, moves its expiry index
 // entry from cur's expiry to h.expiry, commits without sync, and then
 // writes the item through to the resident cache.
-func (b *Bucket) putLocked(ik, key []byte, cur *current, h header, v1, v2 []byte) error {
+func (b *Bucket) putLocked(ik, key []byte, cur *current, h header, v1, v2 []byte, a access) error {
 	n := len(ik) + headerLen + len(v1) + len(v2) + 2*(expiryPrefixLen+len(key)) + walRecordOverhead
 	if err := b.db.space.admit(int64(n), false); err != nil {
 		return err
@@ -616,7 +639,7 @@ func (b *Bucket) putLocked(ik, key []byte, cur *current, h header, v1, v2 []byte
 		hook()
 	}
 	if b.db.cache != nil {
-		b.db.cache.set(b.id, key, h, v1, v2)
+		b.db.cache.set(b.id, key, h, v1, v2, a)
 	}
 	return nil
 }

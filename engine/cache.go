@@ -94,6 +94,59 @@ type cacheEntry struct {
 	cas    uint64
 	ref    bool  // CLOCK reference bit: set by a hit, cleared by the hand
 	state  uint8 // the header's meta states
+	// The item's reads, for the meta protocol's h and l: see fetchState.
+	fetched bool
+	atime   uint32
+}
+
+// fetchState is a resident item's history of reads: whether it was read
+// since it was stored, and when it was last accessed. As in memcached
+// (do_item_bump), its first read only marks it fetched, so the access
+// time is when it was stored until its second read; every read after
+// that sets it (memcached's bumps it lazily, at its LRU maintainer's
+// pace). It lives only while the item is resident: an item read from
+// Pebble starts again as if just stored.
+type fetchState struct {
+	atime   uint32 // Unix seconds
+	fetched bool
+}
+
+// fetch records a read at now.
+func (f *fetchState) fetch(now uint32) {
+	if !f.fetched {
+		f.fetched = true
+		return
+	}
+	f.atime = now
+}
+
+func (e *cacheEntry) fetchState() fetchState {
+	return fetchState{atime: e.atime, fetched: e.fetched}
+}
+
+func (e *cacheEntry) setFetchState(f fetchState) {
+	e.atime, e.fetched = f.atime, f.fetched
+}
+
+// access is what a mutation does to the item's fetchState: a new item
+// (SET, APPEND, INCR, …) starts afresh at now; an item changed in place
+// (keep: touch, a meta get's lease, invalidation) keeps it, and a touch
+// counts as a read (fetch), as memcached's does.
+type access struct {
+	now         uint32
+	keep, fetch bool
+}
+
+// apply returns the fetch state after the mutation, given the entry's
+// before (ok false: not resident).
+func (a access) apply(f fetchState, ok bool) fetchState {
+	if !a.keep || !ok {
+		f = fetchState{atime: a.now}
+	}
+	if a.fetch {
+		f.fetch(a.now)
+	}
+	return f
 }
 
 func (e *cacheEntry) header() header {
@@ -161,7 +214,12 @@ func (c *itemCache) get(id uint32, key []byte, now uint32, dst []byte) (Item, bo
 		if e.expiry == 0 || e.expiry > now {
 			e.ref = true
 			s.hits++
-			return e.header().item(append(dst[:0], e.value()...)), true, fillToken{}
+			it := e.header().item(append(dst[:0], e.value()...))
+			it.Fetched, it.Accessed = e.fetched, e.atime
+			f := e.fetchState()
+			f.fetch(now)
+			e.setFetchState(f)
+			return it, true, fillToken{}
 		}
 		if !s.complete {
 			s.removeLocked(i)
@@ -177,13 +235,14 @@ func (c *itemCache) get(id uint32, key []byte, now uint32, dst []byte) (Item, bo
 // version before the commit could install it after another Get had read
 // the new one from Pebble, and a reader would see the item go back in time.
 //
-// It also returns the resident header of key (expired or not), for a
+// It also returns the resident header of key (expired or not) and its
+// fetch state, for a
 // mutation that needs no old value: it then skips its Pebble read. The
 // caller holds the key's stripe lock, so no mutation of the key is between
 // its commit and its cache update: a resident entry is what Pebble holds.
 // It counts neither a hit nor a miss and leaves the CLOCK bit alone.
 // absent reports a miss in a complete shard: the item does not exist.
-func (c *itemCache) begin(id uint32, key []byte) (s *cacheShard, hd header, resident, absent bool) {
+func (c *itemCache) begin(id uint32, key []byte) (s *cacheShard, hd header, f fetchState, resident, absent bool) {
 	h := c.hash(id, key)
 	s = c.shard(h)
 	s.mu.Lock()
@@ -192,9 +251,9 @@ func (c *itemCache) begin(id uint32, key []byte) (s *cacheShard, hd header, resi
 	s.pending++
 	i, ok := s.findLocked(h, id, key)
 	if !ok {
-		return s, header{}, false, s.complete
+		return s, header{}, fetchState{}, false, s.complete
 	}
-	return s, s.slots[i].header(), true, false
+	return s, s.slots[i].header(), s.slots[i].fetchState(), true, false
 }
 
 // end ends a mutation begun in s, after its cache update (set or remove),
@@ -209,8 +268,9 @@ func (s *cacheShard) end() {
 // returned tok is what Pebble held all along: no mutation in the shard was
 // under way at the miss or has begun since. If so, and the Get found the
 // item (found), fill makes it resident unless it is resident already (a
-// fill or mutation since put this same version there).
-func (c *itemCache) fill(tok fillToken, id uint32, key []byte, hd header, value []byte, found bool) bool {
+// fill or mutation since put this same version there), as stored at now
+// and read once.
+func (c *itemCache) fill(tok fillToken, id uint32, key []byte, hd header, value []byte, found bool, now uint32) bool {
 	s := c.shard(tok.hash)
 	if tok.busy {
 		return false
@@ -226,7 +286,7 @@ func (c *itemCache) fill(tok fillToken, id uint32, key []byte, hd header, value 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, resident := s.index[tok.hash]; s.seq == tok.seq && !resident {
-		s.installLocked(tok.hash, id, len(key), hd, buf)
+		s.installLocked(tok.hash, id, len(key), hd, fetchState{atime: now, fetched: true}, buf)
 	}
 	return true
 }
@@ -239,19 +299,24 @@ func (c *itemCache) fill(tok fillToken, id uint32, key []byte, hd header, value 
 // concurrent with the mutation may see either; none can see neither); an
 // incomplete one drops it at once, so a Get that misses meanwhile reads
 // Pebble, where the new version is.
-func (c *itemCache) set(id uint32, key []byte, hd header, v1, v2 []byte) {
+func (c *itemCache) set(id uint32, key []byte, hd header, v1, v2 []byte, a access) {
 	h := c.hash(id, key)
 	s := c.shard(h)
 	n := len(key) + len(v1) + len(v2)
 	s.mu.Lock()
 	s.seq++
+	f := a.apply(fetchState{}, false)
 	if i, ok := s.index[h]; ok {
 		e := &s.slots[i]
 		same := e.id == id && bytes.Equal(e.key(), key)
+		if same {
+			f = a.apply(e.fetchState(), true)
+		}
 		if same && reusable(cap(e.buf), n) {
 			e.buf = e.buf[:n]
 			copy(e.buf[len(key)+copy(e.buf[len(key):], v1):], v2)
 			e.flags, e.expiry, e.cas, e.state = hd.flags, hd.expiry, hd.cas, hd.state
+			e.setFetchState(f)
 			s.mu.Unlock()
 			return
 		}
@@ -270,12 +335,14 @@ func (c *itemCache) set(id uint32, key []byte, hd header, v1, v2 []byte) {
 	defer s.mu.Unlock()
 	// Between the two lock holds a Get may have filled in this very
 	// version (never an older one: seq moved above); replace it anyway.
-	s.replaceLocked(h, id, key, &newEntry{hd: hd, buf: buf})
+	s.replaceLocked(h, id, key, &newEntry{hd: hd, f: f, buf: buf})
 }
 
-// newEntry is an item to install: its header and key ‖ value buffer.
+// newEntry is an item to install: its header, fetch state and key ‖ value
+// buffer.
 type newEntry struct {
 	hd  header
+	f   fetchState
 	buf []byte
 }
 
@@ -289,7 +356,7 @@ func (s *cacheShard) replaceLocked(h uint64, id uint32, key []byte, ne *newEntry
 		}
 		s.removeLocked(i)
 	}
-	if ne == nil || !s.installLocked(h, id, len(key), ne.hd, ne.buf) {
+	if ne == nil || !s.installLocked(h, id, len(key), ne.hd, ne.f, ne.buf) {
 		s.complete = false
 	}
 }
@@ -317,10 +384,10 @@ func (c *itemCache) drop(id uint32, key []byte, deleted bool) {
 	}
 }
 
-// warm installs an item record found on disk at open, without evicting
-// anything. One that cannot be resident (too large, no room, a hash
-// collision) leaves its shard incomplete.
-func (c *itemCache) warm(id uint32, key []byte, hd header, value []byte) {
+// warm installs an item record found on disk at open (now), without
+// evicting anything. One that cannot be resident (too large, no room, a
+// hash collision) leaves its shard incomplete.
+func (c *itemCache) warm(id uint32, key []byte, hd header, value []byte, now uint32) {
 	h := c.hash(id, key)
 	s := c.shard(h)
 	s.mu.Lock()
@@ -334,7 +401,7 @@ func (c *itemCache) warm(id uint32, key []byte, hd header, value []byte) {
 	}
 	// Room runs out at the budget: installLocked would evict (which ends
 	// completeness) or give up, and either way the shard is incomplete.
-	if !s.installLocked(h, id, len(key), hd, newEntryBuf(key, value, nil)) {
+	if !s.installLocked(h, id, len(key), hd, fetchState{atime: now}, newEntryBuf(key, value, nil)) {
 		s.complete = false
 	}
 }
@@ -426,7 +493,7 @@ func (s *cacheShard) findLocked(h uint64, id uint32, key []byte) (int32, bool) {
 // installLocked makes room and adds a new entry; the hash must not be
 // resident. If room cannot be made the item is not cached and it reports
 // false.
-func (s *cacheShard) installLocked(h uint64, id uint32, klen int, hd header, buf []byte) bool {
+func (s *cacheShard) installLocked(h uint64, id uint32, klen int, hd header, f fetchState, buf []byte) bool {
 	need := int64(cap(buf)) + entryOverhead
 	s.evictLocked(need)
 	if s.bytes+need > s.budget {
@@ -441,6 +508,7 @@ func (s *cacheShard) installLocked(h uint64, id uint32, klen int, hd header, buf
 	}
 	s.slots[i] = cacheEntry{hash: h, buf: buf, klen: uint32(klen), id: id,
 		flags: hd.flags, expiry: hd.expiry, cas: hd.cas, state: hd.state}
+	s.slots[i].setFetchState(f)
 	s.index[h] = i
 	s.bytes += need
 	return true

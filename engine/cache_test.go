@@ -777,3 +777,65 @@ func TestCacheWarmComplete(t *testing.T) {
 	}
 	checkCache(t, db.cache)
 }
+
+// TestCacheFetchState: the meta protocol's h and l: the first read marks
+// an item fetched, every later one (a touch too) sets its access time; a
+// store starts afresh, an invalidation keeps the history; an item read
+// from Pebble starts as if stored then.
+func TestCacheFetchState(t *testing.T) {
+	db := openTest(t, withCache(DefaultItemCacheSize))
+	b := newBucketT(t, db, "b")
+	key := []byte("k")
+	want := func(step string, it Item, fetched bool, accessed uint32) {
+		t.Helper()
+		if it.Fetched != fetched || it.Accessed != accessed {
+			t.Fatalf("%s: fetched %v accessed t0%+d, want %v t0%+d", step, it.Fetched, int64(it.Accessed)-t0,
+				fetched, int64(accessed)-t0)
+		}
+	}
+	peek := func(now uint32) Item {
+		t.Helper()
+		it, ok := b.Peek(key, now, nil)
+		if !ok {
+			t.Fatalf("Peek at t0%+d missed", int64(now)-t0)
+		}
+		return it
+	}
+	if _, err := b.Store(ModeSet, key, []byte("v"), 0, 0, 0, t0); err != nil {
+		t.Fatal(err)
+	}
+	want("first read", peek(t0+2), false, t0)
+	want("second read", peek(t0+3), true, t0)
+	it, err := b.Get(key, t0+4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("third read (Get)", it, true, t0+3)
+	if _, err := b.Touch(key, t0+100, t0+5, nil); err != nil {
+		t.Fatal(err)
+	}
+	want("after a touch", peek(t0+6), true, t0+5)
+	if _, err := b.Store(ModeSet, key, []byte("w"), 0, 0, 0, t0+7); err != nil {
+		t.Fatal(err)
+	}
+	want("after a store", peek(t0+8), false, t0+7)
+	evictKey(db.cache, b.id, key)
+	if it, err = b.Get(key, t0+9, nil); err != nil {
+		t.Fatal(err)
+	}
+	want("read from Pebble", it, false, t0+9)
+	want("read after the fill", peek(t0+10), true, t0+9)
+	if _, err := b.Invalidate(key, 0, false, 0, t0+11); err != nil {
+		t.Fatal(err)
+	}
+	want("after an invalidation", peek(t0+12), true, t0+10)
+	if _, _, err := b.Arith([]byte("n"), true, 1, 5, 0, true, 0, t0+13); err != nil {
+		t.Fatal(err)
+	}
+	if it, _ = b.Peek([]byte("n"), t0+14, nil); !it.Fetched && it.Accessed == t0+13 {
+		if it, _ = b.Peek([]byte("n"), t0+15, nil); it.Fetched && it.Accessed == t0+13 {
+			return
+		}
+	}
+	t.Fatalf("created by INCR, read twice: fetched %v accessed t0%+d", it.Fetched, int64(it.Accessed)-t0)
+}

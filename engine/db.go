@@ -194,6 +194,7 @@ func (db *DB) countItems() (uint64, error) {
 		return 0, fmt.Errorf("engine: count items: %w", err)
 	}
 	var maxCAS uint64
+	openedAt := unixSeconds(db.opts.Now())
 	for it.First(); it.Valid(); it.Next() {
 		k := it.Key()
 		if len(k) < bucketPrefixLen {
@@ -210,7 +211,7 @@ func (db *DB) countItems() (uint64, error) {
 		}
 		if db.cache != nil {
 			if ok {
-				db.cache.warm(b.id, k[bucketPrefixLen:], h, v)
+				db.cache.warm(b.id, k[bucketPrefixLen:], h, v, openedAt)
 			} else {
 				db.cache.forget(b.id, k[bucketPrefixLen:])
 			}

@@ -139,7 +139,7 @@ func (b *Bucket) expire(ek []byte, now uint32) (bool, error) {
 	s := b.db.locks.lock(b.id, key)
 	defer s.Unlock()
 	if c := b.db.cache; c != nil {
-		cs, _, _, _ := c.begin(b.id, key)
+		cs, _, _, _, _ := c.begin(b.id, key)
 		defer cs.end()
 	}
 	cur, err := b.readLocked(kb.b, key, now)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -371,4 +372,53 @@ func isCounter(name string) bool {
 		return true
 	}
 	return false
+}
+
+// TestMetaFetchState: mg's h (read before) and l (seconds since the last
+// access), and me's fetch= and la=, compared with memcached within one
+// second: a store starts afresh, the first read marks the item fetched, a
+// touch or gat reads it, an invalidation keeps its history and INCR,
+// APPEND and a store start it again. Then across seconds, kvd alone: l
+// counts from the store until the second read, and from the last read
+// after (memcached moves it lazily, at its LRU maintainer's pace).
+func TestMetaFetchState(t *testing.T) {
+	in := []byte("ms a 1\r\nx\r\nmg a h l\r\nmg a h l\r\nmg a h l\r\nme a\r\n" +
+		"ms b 1\r\nx\r\ntouch b 100\r\nmg b h l\r\nmg b h l t\r\n" +
+		"ms c 1\r\n5\r\nma c\r\nmg c h l\r\nmg c h l\r\nma c\r\nmg c h l\r\n" +
+		"md a I\r\nmg a h l\r\nmg a h l\r\nms a 1\r\nz\r\nmg a h l v\r\n" +
+		"set d 0 0 1\r\nd\r\nget d\r\nmg d h l\r\ngat 100 d\r\nmg d h l\r\n" +
+		"ms e 1\r\ne\r\nmg e h l T100\r\nmg e h l\r\nappend e 0 0 1\r\nf\r\nmg e h l\r\n" +
+		"ms f 1 MA\r\nf\r\nmg f h l\r\nmg nope h l\r\n" + texttest.SentinelCommand)
+	var failure string
+	for attempt := 0; attempt < 3; attempt++ { // an l read as a second ticks over is one more
+		mc, k := texttest.StartMemcached(t), startKVD(t, textDiffConfig)
+		want, _ := texttest.Ask(t, mc, in, true)
+		got, _ := texttest.Ask(t, k.Addr, in, true)
+		meCAS := regexp.MustCompile(`cas=\d+`) // me's, which NormalizeCAS leaves
+		want = meCAS.ReplaceAll(texttest.NormalizeCAS(want), []byte("cas=N"))
+		got = meCAS.ReplaceAll(texttest.NormalizeCAS(got), []byte("cas=N"))
+		if failure = ""; !bytes.Equal(got, want) {
+			failure = "h and l: kvd differs from memcached:\n" + texttest.FirstDiff(in, want, got)
+			continue
+		}
+		if !bytes.Contains(got, []byte("HD h1 l0 X W\r\n")) || !bytes.Contains(got, []byte("fetch=yes")) {
+			t.Fatalf("the replies lack the states the transcript is written to show:\n%q", got)
+		}
+		failure = ""
+		break
+	}
+	if failure != "" {
+		t.Fatal(failure)
+	}
+
+	k := startKVD(t, textDiffConfig)
+	first, _ := texttest.Ask(t, k.Addr, []byte("ms g 1\r\ng\r\nmg g h l\r\n"+texttest.SentinelCommand), true)
+	time.Sleep(2100 * time.Millisecond)
+	later, _ := texttest.Ask(t, k.Addr, []byte("mg g h l\r\nmg g h l\r\nme g\r\n"+texttest.SentinelCommand), true)
+	re := regexp.MustCompile(`^HD h1 l([123])\r\nHD h1 l([01])\r\nME g exp=-1 la=([01]) cas=\d+ fetch=yes cls=1 size=\d+\r\n` +
+		regexp.QuoteMeta(texttest.SentinelReply) + `$`)
+	if string(first) != "HD\r\nHD h0 l0\r\n"+texttest.SentinelReply || !re.Match(later) {
+		t.Fatalf("stored, read, 2.1 s later read twice and me: %q then %q; want h0 l0, then h1 l2 (±1), h1 l0 and la=0 (+1 at most)",
+			first, later)
+	}
 }

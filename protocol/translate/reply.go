@@ -27,6 +27,12 @@ type Reply struct {
 // Text reports whether r belongs to a text command.
 func (r *Reply) Text() bool { return r.kind != text.KindNone }
 
+// ShowsLastAccess reports whether r's reply shows the seconds since the
+// item's last access (mg l, me): the caller then reads the clock.
+func (r *Reply) ShowsLastAccess() bool {
+	return r.kind == text.KindMetaDebug || r.meta.Wants('l')
+}
+
 // MetaDelete reports whether r belongs to a meta delete (md), whose CAS
 // mismatch memcached counts as a delete miss (binary DELETE's as nothing).
 func (r *Reply) MetaDelete() bool { return r.kind == text.KindMetaDelete }
@@ -100,11 +106,16 @@ type Result struct {
 	// A meta get's item states (engine.Lease): invalidated (X), its token
 	// handed out before (Z), won by this request (W).
 	Stale, TokenSent, Won bool
+	// The item was read before (h), and when it was last accessed (l):
+	// absolute Unix seconds, 0 = unknown.
+	Fetched  bool
+	Accessed uint32
 }
 
 // Append appends the text reply to r's request given its result. now (Unix
-// seconds) is when the reply is made, what a remaining TTL counts from; it
-// is read only when res.Expiry is set. A refusal is one "SERVER_ERROR
+// seconds) is when the reply is made, what a remaining TTL and the seconds
+// since the last access count from; it is read only when res.Expiry is
+// set, or res.Accessed and r.ShowsLastAccess. A refusal is one "SERVER_ERROR
 // <reason>" line with binary's reason.
 func (r *Reply) Append(dst []byte, res *Result, now int64) []byte {
 	if r.tooBig {
@@ -133,7 +144,10 @@ func (r *Reply) Append(dst []byte, res *Result, now int64) []byte {
 func (r *Reply) outcome(res *Result, now int64) (o text.Outcome, ok bool) {
 	o = text.Outcome{Flags: res.Flags, CAS: res.CAS, Value: res.Value, Number: res.Number,
 		Created: res.Created, TTL: TTL(res.Expiry, now), KeyBinary: r.meta.Base64,
-		Stale: res.Stale, TokenSent: res.TokenSent, Win: res.Won}
+		Stale: res.Stale, TokenSent: res.TokenSent, Win: res.Won, Fetched: res.Fetched}
+	if res.Accessed != 0 {
+		o.LastAccess = max(0, now-int64(res.Accessed))
+	}
 	op := res.Op.NonQuiet()
 	switch res.Status {
 	case mc.StatusOK:
