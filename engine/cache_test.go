@@ -204,10 +204,7 @@ func TestCacheFillLosesToMutation(t *testing.T) {
 	}
 	for name, mutate := range mutations {
 		t.Run(name, func(t *testing.T) {
-			db := openTest(t, withCache(DefaultItemCacheSize))
-			b := newBucketT(t, db, "b")
-			mustStore(t, b, ModeSet, "k", "old", 0, 0)
-			evictKey(db.cache, b.id, []byte("k"))
+			db, b := storedEvicted(t)
 			db.testHookBeforeFill = func() {
 				db.testHookBeforeFill = nil
 				if err := mutate(b); err != nil {
@@ -234,6 +231,16 @@ func TestCacheFillLosesToMutation(t *testing.T) {
 			checkCache(t, db.cache)
 		})
 	}
+}
+
+// storedEvicted opens a store with bucket b holding k = "old", evicted
+// from the item cache.
+func storedEvicted(t *testing.T) (*DB, *Bucket) {
+	db := openTest(t, withCache(DefaultItemCacheSize))
+	b := newBucketT(t, db, "b")
+	mustStore(t, b, ModeSet, "k", "old", 0, 0)
+	evictKey(db.cache, b.id, []byte("k"))
+	return db, b
 }
 
 // heldStore stores value under key in the background and holds the store
@@ -288,10 +295,7 @@ func TestCacheMonotonicReads(t *testing.T) {
 	// commits; Y misses and reads the new version. X's fill must lose (or
 	// the cache shows old after Y answered new).
 	t.Run("stale fill", func(t *testing.T) {
-		db := openTest(t, withCache(DefaultItemCacheSize))
-		b := newBucketT(t, db, "b")
-		mustStore(t, b, ModeSet, "k", "old", 0, 0)
-		evictKey(db.cache, b.id, []byte("k"))
+		db, b := storedEvicted(t)
 		held := make(chan func() error, 1)
 		yc := make(chan (<-chan string), 1)
 		yAtFill, xDone := make(chan struct{}), make(chan struct{})
@@ -338,10 +342,7 @@ func TestCacheMonotonicReads(t *testing.T) {
 	// version from Pebble while the cache shows the old one. Y must not
 	// answer before the store has updated the cache.
 	t.Run("read ahead of the cache", func(t *testing.T) {
-		db := openTest(t, withCache(DefaultItemCacheSize))
-		b := newBucketT(t, db, "b")
-		mustStore(t, b, ModeSet, "k", "old", 0, 0)
-		evictKey(db.cache, b.id, []byte("k"))
+		db, b := storedEvicted(t)
 		held := make(chan func() error, 1)
 		var misses atomic.Int32
 		db.testHookMissed = func() {
