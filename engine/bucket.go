@@ -409,7 +409,11 @@ func (b *Bucket) Lease(key []byte, a LeaseArgs, now uint32, dst []byte) (it Item
 			return ErrNotFound
 		}
 		it.Value = append(dst[:0], v...)
-		cur.fetched(&it)
+		if created {
+			it.Accessed = now
+		} else {
+			cur.fetched(&it)
+		}
 		if !won && !a.Touch {
 			return nil // a read: nothing to write
 		}
@@ -528,10 +532,10 @@ type current struct {
 	fetch  fetchState // the item's reads so far (resident ones only)
 }
 
-// fetched sets it's read history to cur's: what a mutation that reads
+// fetched copies c's read history into it: what a mutation that reads
 // (touch, a meta get's lease) reports, as it was before.
-func (cur *current) fetched(it *Item) {
-	it.Fetched, it.Accessed = cur.fetch.fetched, cur.fetch.atime
+func (c *current) fetched(it *Item) {
+	it.Fetched, it.Accessed = c.fetch.fetched, c.fetch.atime
 }
 
 func (c *current) release() {
