@@ -235,13 +235,13 @@ func (c *itemCache) get(id uint32, key []byte, now uint32, dst []byte) (Item, bo
 // version before the commit could install it after another Get had read
 // the new one from Pebble, and a reader would see the item go back in time.
 //
-// It also returns the resident header of key (expired or not) and its
-// fetch state, for a
+// It also returns the resident header of key (expired or not), for a
 // mutation that needs no old value: it then skips its Pebble read. The
 // caller holds the key's stripe lock, so no mutation of the key is between
 // its commit and its cache update: a resident entry is what Pebble holds.
 // It counts neither a hit nor a miss and leaves the CLOCK bit alone.
-// absent reports a miss in a complete shard: the item does not exist.
+// absent reports a miss in a complete shard: the item does not exist. f is
+// the resident item's fetch state (what a touch reports).
 func (c *itemCache) begin(id uint32, key []byte) (s *cacheShard, hd header, f fetchState, resident, absent bool) {
 	h := c.hash(id, key)
 	s = c.shard(h)
