@@ -60,9 +60,9 @@ type cacheShard struct {
 	free  []int32          // guarded by mu; unused slots
 	hand  int              // guarded by mu; CLOCK hand
 	bytes int64            // guarded by mu; charged bytes resident
-	// seq counts mutations' begins (and sets and removes) in this shard,
-	// and pending the mutations between begin and end: committing, their
-	// cache update not yet made. A Get that missed fills in what it read
+	// seq counts mutations' begins in this shard, and pending the
+	// mutations between begin and end: committing, their cache update not
+	// yet made. A Get that missed fills in what it read
 	// from Pebble only if no mutation was pending at the miss and seq has
 	// not moved since, so what it installs is what Pebble held all along:
 	// never a value older than one another reader has already been given.
@@ -304,14 +304,15 @@ func (c *itemCache) set(id uint32, key []byte, hd header, v1, v2 []byte, a acces
 	s := c.shard(h)
 	n := len(key) + len(v1) + len(v2)
 	s.mu.Lock()
-	s.seq++
-	f := a.apply(fetchState{}, false)
-	if i, ok := s.index[h]; ok {
+	var prev fetchState
+	i, resident := s.index[h]
+	same := resident && s.slots[i].id == id && bytes.Equal(s.slots[i].key(), key)
+	if same {
+		prev = s.slots[i].fetchState()
+	}
+	f := a.apply(prev, same)
+	if resident {
 		e := &s.slots[i]
-		same := e.id == id && bytes.Equal(e.key(), key)
-		if same {
-			f = a.apply(e.fetchState(), true)
-		}
 		if same && reusable(cap(e.buf), n) {
 			e.buf = e.buf[:n]
 			copy(e.buf[len(key)+copy(e.buf[len(key):], v1):], v2)
@@ -333,8 +334,8 @@ func (c *itemCache) set(id uint32, key []byte, hd header, v1, v2 []byte, a acces
 	buf := newEntryBuf(key, v1, v2)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// Between the two lock holds a Get may have filled in this very
-	// version (never an older one: seq moved above); replace it anyway.
+	// No Get fills the key in between the two lock holds: the mutation
+	// is pending (begin).
 	s.replaceLocked(h, id, key, &newEntry{hd: hd, f: f, buf: buf})
 }
 
@@ -375,7 +376,6 @@ func (c *itemCache) drop(id uint32, key []byte, deleted bool) {
 	s := c.shard(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.seq++
 	s.complete = s.complete && deleted
 	if i, ok := s.index[h]; ok {
 		if e := &s.slots[i]; e.id == id && bytes.Equal(e.key(), key) {
