@@ -3,7 +3,6 @@ package tests
 import (
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -201,7 +200,7 @@ func (tc *testCluster) wantClusterUsage(t *testing.T, n *clusterNode, bucket str
 				seen = append(seen, int(sh.ClusterUsage))
 			}
 		}
-		if len(seen) >= 5 && within(medianInt(seen[len(seen)-5:])) {
+		if len(seen) >= 5 && within(median(seen[len(seen)-5:])) {
 			t.Logf("STAT cluster on %s: %s's cluster usage in the last second, readings: %v", n.name, bucket, seen)
 			return
 		}
@@ -213,12 +212,6 @@ func (tc *testCluster) wantClusterUsage(t *testing.T, n *clusterNode, bucket str
 	}
 	t.Errorf("STAT cluster on %s: %s's cluster usage readings %v: no five in a row with a median within %d ± 15%% units/s",
 		n.name, bucket, seen, want)
-}
-
-// medianInt is the median of v (the upper one of an even count).
-func medianInt(v []int) int {
-	s := slices.Sorted(slices.Values(v))
-	return s[len(s)/2]
 }
 
 // testReserved: res (1500 reserved cluster-wide) loaded at 1500/s through

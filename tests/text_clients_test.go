@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -207,7 +208,8 @@ func caslap(t *testing.T, bin, addr string, binary bool) float64 {
 	return v
 }
 
-func median(xs []float64) float64 {
+// median is the median of xs (the upper one of an even count).
+func median[T cmp.Ordered](xs []T) T {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
