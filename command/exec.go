@@ -138,17 +138,30 @@ func execRead(bk *catalog.Bucket, r *Request, now uint32, touch bool) error {
 	var it engine.Item
 	var err error
 	var exp uint32
-	if touch {
+	st, bump := bk.Store(), r.Txt.Bumps()
+	switch {
+	case touch:
 		calls, hits, misses = &cnt.CmdTouch, &cnt.TouchHits, &cnt.TouchMisses
 		exp, _ = binary.TouchExtras(r.Extras)
-		it, err = bk.Store().Touch(r.Key, ExpiryAt(exp, now), now, r.Res[:0])
-	} else {
-		it, err = bk.Store().Get(r.Key, now, r.Res[:0])
+		if bump {
+			it, err = st.Touch(r.Key, ExpiryAt(exp, now), now, r.Res[:0])
+		} else {
+			it, err = st.TouchNoBump(r.Key, ExpiryAt(exp, now), now, r.Res[:0])
+		}
+	case bump:
+		it, err = st.Get(r.Key, now, r.Res[:0])
+	default:
+		it, err = st.GetNoBump(r.Key, now, r.Res[:0])
 	}
 	if a, ok := LeaseOf(&r.Txt, now); ok { // an mg: memcached counts a created item as a hit
 		a.Touch, a.NewExpiry = touch, ExpiryAt(exp, now)
 		if errors.Is(err, engine.ErrNotFound) && a.Vivify || err == nil && a.Wins(it) {
-			it, r.Won, _, err = bk.Store().Lease(r.Key, a, now, r.Res[:0])
+			read, found := it, err == nil
+			var created bool
+			it, r.Won, created, err = st.Lease(r.Key, a, now, r.Res[:0])
+			if found && !created { // the read counted once, above: report the item as it found it
+				it.Fetched, it.Accessed = read.Fetched, read.Accessed
+			}
 		}
 	}
 	calls.Add(1)
@@ -182,11 +195,24 @@ func LeaseOf(txt *translate.Reply, now uint32) (a engine.LeaseArgs, ok bool) {
 	return a, true
 }
 
-// Wins reports whether a meta get (txt) of the resident item it would win
-// its token at now: it then writes the item, on a worker, not on the loop.
-func Wins(txt *translate.Reply, it engine.Item, now uint32) bool {
-	a, ok := LeaseOf(txt, now)
-	return ok && a.Wins(it)
+// Peek looks key up in st's resident item cache for a read the event loop
+// may answer (engine.Bucket.Peek) for a binary request (txt nil) or a text
+// one. ok is false when the item is not resident, or when a meta get would
+// win its token at now: it then writes the item, on a worker. A meta get's
+// read counts in the item's fetch state once it is answered here, and not
+// with u.
+func Peek(st *engine.Bucket, txt *translate.Reply, key []byte, now uint32, dst []byte) (it engine.Item, ok bool) {
+	if txt == nil || !txt.MetaGet() {
+		return st.Peek(key, now, dst)
+	}
+	it, ok = st.PeekNoBump(key, now, dst)
+	if a, _ := LeaseOf(txt, now); !ok || a.Wins(it) {
+		return it, false
+	}
+	if txt.Bumps() {
+		st.Bump(key, now)
+	}
+	return it, true
 }
 
 // storeMode is the engine's mode for op. A binary ADD with a CAS is a CAS

@@ -282,7 +282,7 @@ func BenchmarkCacheGetLarge(b *testing.B) {
 		dst := make([]byte, 0, 2048)
 		b.ResetTimer()
 		for i := 0; b.Loop(); i++ {
-			it, ok, _ := c.get(1, keys[order[i&(len(order)-1)]], t0, dst)
+			it, ok, _ := c.get(1, keys[order[i&(len(order)-1)]], t0, dst, true)
 			if !ok {
 				b.Fatal("miss")
 			}

@@ -130,6 +130,18 @@ func (b *Bucket) setState(s bucketState) {
 // go back in time on its next look. Get then reads again under the key's
 // stripe lock, when no mutation of the key is in flight.
 func (b *Bucket) Get(key []byte, now uint32, dst []byte) (Item, error) {
+	return b.get(key, now, dst, true)
+}
+
+// GetNoBump is Get for a read that does not count as one: the item's
+// fetch state (meta h and l) stays as it was, as memcached's meta get
+// with u leaves it (no bump). An item it makes resident reads as never
+// read.
+func (b *Bucket) GetNoBump(key []byte, now uint32, dst []byte) (Item, error) {
+	return b.get(key, now, dst, false)
+}
+
+func (b *Bucket) get(key []byte, now uint32, dst []byte, bump bool) (Item, error) {
 	if err := b.flushDue(now); err != nil {
 		return Item{}, err
 	}
@@ -142,7 +154,7 @@ func (b *Bucket) Get(key []byte, now uint32, dst []byte) (Item, error) {
 		_, it, err := b.read(key, now, dst)
 		return it, err
 	}
-	it, hit, tok := c.get(b.id, key, now, dst)
+	it, hit, tok := c.get(b.id, key, now, dst, bump)
 	switch {
 	case hit:
 		return it, nil
@@ -156,7 +168,7 @@ func (b *Bucket) Get(key []byte, now uint32, dst []byte) (Item, error) {
 		if hook := b.db.testHookBeforeFill; hook != nil {
 			hook()
 		}
-		if c.fill(tok, b.id, key, h, it.Value, err == nil, now) {
+		if c.fill(tok, b.id, key, h, it.Value, err == nil, now, bump) {
 			return it, err
 		}
 	}
@@ -197,18 +209,47 @@ func (b *Bucket) read(key []byte, now uint32, dst []byte) (header, Item, error) 
 // never returns a value older than a mutation that has returned, nor one
 // Pebble never committed. With the cache disabled Peek always misses.
 func (b *Bucket) Peek(key []byte, now uint32, dst []byte) (Item, bool) {
+	return b.peek(key, now, dst, true)
+}
+
+// PeekNoBump is Peek for a read that does not count as one, or not yet:
+// the item's fetch state stays as it was. A caller that serves the item
+// after all counts the read with Bump.
+func (b *Bucket) PeekNoBump(key []byte, now uint32, dst []byte) (Item, bool) {
+	return b.peek(key, now, dst, false)
+}
+
+func (b *Bucket) peek(key []byte, now uint32, dst []byte, bump bool) (Item, bool) {
 	c := b.db.cache
 	if c == nil || b.flushPending(now) {
 		return Item{}, false
 	}
-	it, ok, _ := c.get(b.id, key, now, dst)
+	it, ok, _ := c.get(b.id, key, now, dst, bump)
 	return it, ok
+}
+
+// Bump counts a read of key's resident item at now in its fetch state
+// (nothing if it is not resident): what Peek does beside the look-up.
+func (b *Bucket) Bump(key []byte, now uint32) {
+	if c := b.db.cache; c != nil {
+		c.bump(b.id, key, now)
+	}
 }
 
 // Touch sets a new expiry (absolute, 0 = never) on a live item and returns
 // it, its value appended to dst[:0]. The CAS is unchanged, as in memcached.
 // Errors: ErrNotFound.
 func (b *Bucket) Touch(key []byte, expiry, now uint32, dst []byte) (Item, error) {
+	return b.touch(key, expiry, now, dst, true)
+}
+
+// TouchNoBump is Touch for a touch that does not count as a read (meta
+// get's T with u): the item's fetch state stays as it was.
+func (b *Bucket) TouchNoBump(key []byte, expiry, now uint32, dst []byte) (Item, error) {
+	return b.touch(key, expiry, now, dst, false)
+}
+
+func (b *Bucket) touch(key []byte, expiry, now uint32, dst []byte, bump bool) (Item, error) {
 	var it Item
 	err := b.mutate(key, now, true, func(ik []byte, cur current) error {
 		if !cur.live {
@@ -216,7 +257,7 @@ func (b *Bucket) Touch(key []byte, expiry, now uint32, dst []byte) (Item, error)
 		}
 		h := cur.h
 		h.expiry = expiry
-		if err := b.putLocked(ik, key, &cur, h, cur.value, nil, access{now: now, keep: true, fetch: true}); err != nil {
+		if err := b.putLocked(ik, key, &cur, h, cur.value, nil, access{now: now, keep: true, fetch: bump}); err != nil {
 			return err
 		}
 		it = h.item(append(dst[:0], cur.value...))

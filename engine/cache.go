@@ -128,6 +128,26 @@ func (e *cacheEntry) setFetchState(f fetchState) {
 	e.atime, e.fetched = f.atime, f.fetched
 }
 
+// bump records a read of the entry at now.
+func (e *cacheEntry) bump(now uint32) {
+	f := e.fetchState()
+	f.fetch(now)
+	e.setFetchState(f)
+}
+
+// bump records a read at now of the item, if it is resident and live.
+func (c *itemCache) bump(id uint32, key []byte, now uint32) {
+	h := c.hash(id, key)
+	s := c.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i, ok := s.findLocked(h, id, key); ok {
+		if e := &s.slots[i]; e.expiry == 0 || e.expiry > now {
+			e.bump(now)
+		}
+	}
+}
+
 // access is what a mutation does to the item's fetchState: a new item
 // (SET, APPEND, INCR, …) starts afresh at now; an item changed in place
 // (keep: touch, a meta get's lease, invalidation) keeps it, and a touch
@@ -203,7 +223,7 @@ func (c *itemCache) shard(h uint64) *cacheShard {
 // the sweeper deletes it). On a miss the token says whether the item is
 // absent (a complete shard), or lets the caller fill the entry after a
 // Pebble read.
-func (c *itemCache) get(id uint32, key []byte, now uint32, dst []byte) (Item, bool, fillToken) {
+func (c *itemCache) get(id uint32, key []byte, now uint32, dst []byte, bump bool) (Item, bool, fillToken) {
 	h := c.hash(id, key)
 	s := c.shard(h)
 	s.mu.Lock()
@@ -216,9 +236,9 @@ func (c *itemCache) get(id uint32, key []byte, now uint32, dst []byte) (Item, bo
 			s.hits++
 			it := e.header().item(append(dst[:0], e.value()...))
 			it.Fetched, it.Accessed = e.fetched, e.atime
-			f := e.fetchState()
-			f.fetch(now)
-			e.setFetchState(f)
+			if bump {
+				e.bump(now)
+			}
 			return it, true, fillToken{}
 		}
 		if !s.complete {
@@ -269,8 +289,8 @@ func (s *cacheShard) end() {
 // under way at the miss or has begun since. If so, and the Get found the
 // item (found), fill makes it resident unless it is resident already (a
 // fill or mutation since put this same version there), as stored at now
-// and read once.
-func (c *itemCache) fill(tok fillToken, id uint32, key []byte, hd header, value []byte, found bool, now uint32) bool {
+// and read once (never, unless bump: the read did not count).
+func (c *itemCache) fill(tok fillToken, id uint32, key []byte, hd header, value []byte, found bool, now uint32, bump bool) bool {
 	s := c.shard(tok.hash)
 	if tok.busy {
 		return false
@@ -286,7 +306,7 @@ func (c *itemCache) fill(tok fillToken, id uint32, key []byte, hd header, value 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, resident := s.index[tok.hash]; s.seq == tok.seq && !resident {
-		s.installLocked(tok.hash, id, len(key), hd, fetchState{atime: now, fetched: true}, buf)
+		s.installLocked(tok.hash, id, len(key), hd, fetchState{atime: now, fetched: bump}, buf)
 	}
 	return true
 }

@@ -840,3 +840,45 @@ func TestCacheFetchState(t *testing.T) {
 	}
 	t.Fatalf("created by INCR, read twice: fetched %v accessed t0%+d", it.Fetched, int64(it.Accessed)-t0)
 }
+
+// TestCacheNoBump: reads that do not count (meta get's u) leave the fetch
+// state as it was, resident or filled from Pebble, and Bump counts one.
+func TestCacheNoBump(t *testing.T) {
+	db := openTest(t, withCache(DefaultItemCacheSize))
+	b := newBucketT(t, db, "b")
+	key := []byte("k")
+	state := func(now uint32) (bool, uint32) {
+		it, ok := b.PeekNoBump(key, now, nil)
+		if !ok {
+			t.Fatalf("PeekNoBump at t0%+d missed", int64(now)-t0)
+		}
+		return it.Fetched, it.Accessed
+	}
+	want := func(step string, now uint32, fetched bool, accessed uint32) {
+		t.Helper()
+		if f, a := state(now); f != fetched || a != accessed {
+			t.Fatalf("%s: fetched %v accessed t0%+d, want %v t0%+d", step, f, int64(a)-t0, fetched, int64(accessed)-t0)
+		}
+	}
+	if _, err := b.Store(ModeSet, key, []byte("v"), 0, 0, 0, t0); err != nil {
+		t.Fatal(err)
+	}
+	want("stored, peeked without a bump twice", t0+1, false, t0)
+	if _, err := b.GetNoBump(key, t0+2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TouchNoBump(key, t0+100, t0+3, nil); err != nil {
+		t.Fatal(err)
+	}
+	want("after GetNoBump and TouchNoBump", t0+4, false, t0)
+	b.Bump(key, t0+5)
+	want("after a Bump", t0+6, true, t0)
+	b.Bump(key, t0+7)
+	want("after a second Bump", t0+8, true, t0+7)
+	evictKey(db.cache, b.id, key)
+	if it, err := b.GetNoBump(key, t0+9, nil); err != nil || it.Fetched || it.Accessed != t0+9 {
+		t.Fatalf("GetNoBump from Pebble: %+v, %v; want never read, accessed t0+9", it, err)
+	}
+	want("filled without a bump", t0+10, false, t0+9)
+	b.Bump([]byte("absent"), t0+11) // not resident: nothing to count
+}

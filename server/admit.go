@@ -235,9 +235,9 @@ func (c *conn) runOrCollect(req *mc.Request, t ingress.Ticket, now time.Time) {
 // its read units and counts in the bucket's figures.
 func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) bool {
 	s, b := c.srv, c.bucket
-	it, ok := b.Store().Peek(req.Key, uint32(now.Unix()), c.peek[:0])
-	if !ok || c.txt != nil && command.Wins(c.txt.Current(), it, uint32(now.Unix())) {
-		return false // an mg that wins the item's token writes it
+	it, ok := command.Peek(b.Store(), c.txt.Current(), req.Key, uint32(now.Unix()), c.peek[:0])
+	if !ok {
+		return false // not resident, or an mg that wins the item's token writes it
 	}
 	c.peek = it.Value
 	r := command.Request{Hdr: command.HeaderOf(req), Throttled: c.throttledFor, Ticket: t}

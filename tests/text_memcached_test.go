@@ -378,7 +378,9 @@ func isCounter(name string) bool {
 // access), and me's fetch= and la=, compared with memcached within one
 // second: a store starts afresh, the first read marks the item fetched, a
 // touch or gat reads it, an invalidation keeps its history and INCR,
-// APPEND and a store start it again. Then across seconds, kvd alone: l
+// APPEND and a store start it again; mg u (also with T) does not count as
+// a read, and an mg that wins a stale item's token reports it unread before
+// and counts once. Then across seconds, kvd alone: l
 // counts from the store until the second read, and from the last read
 // after (memcached moves it lazily, at its LRU maintainer's pace).
 func TestMetaFetchState(t *testing.T) {
@@ -388,7 +390,10 @@ func TestMetaFetchState(t *testing.T) {
 		"md a I\r\nmg a h l\r\nmg a h l\r\nms a 1\r\nz\r\nmg a h l v\r\n" +
 		"set d 0 0 1\r\nd\r\nget d\r\nmg d h l\r\ngat 100 d\r\nmg d h l\r\n" +
 		"ms e 1\r\ne\r\nmg e h l T100\r\nmg e h l\r\nappend e 0 0 1\r\nf\r\nmg e h l\r\n" +
-		"ms f 1 MA\r\nf\r\nmg f h l\r\nmg nope h l\r\n" + texttest.SentinelCommand)
+		"ms f 1 MA\r\nf\r\nmg f h l\r\nmg nope h l\r\n" +
+		"ms u 1\r\nu\r\nmg u h l u v\r\nmg u h u\r\nmg u h l T100 u\r\nmg u h l\r\nmg u h l\r\n" +
+		"ms w 1\r\nw\r\nmd w I\r\nmg w h l\r\nmg w h l\r\nmg w h l\r\n" +
+		"ms x 1\r\nx\r\nmd x I\r\nmg x h u\r\nmg x h\r\nmg x h\r\n" + texttest.SentinelCommand)
 	var failure string
 	for attempt := 0; attempt < 3; attempt++ { // an l read as a second ticks over is one more
 		mc, k := texttest.StartMemcached(t), startKVD(t, textDiffConfig)
@@ -401,7 +406,8 @@ func TestMetaFetchState(t *testing.T) {
 			failure = "h and l: kvd differs from memcached:\n" + texttest.FirstDiff(in, want, got)
 			continue
 		}
-		if !bytes.Contains(got, []byte("HD h1 l0 X W\r\n")) || !bytes.Contains(got, []byte("fetch=yes")) {
+		if !bytes.Contains(got, []byte("HD h1 l0 X W\r\n")) || !bytes.Contains(got, []byte("fetch=yes")) ||
+			!bytes.Contains(got, []byte("HD h0 l0 X W\r\n")) || !bytes.Contains(got, []byte("HD h0 X W\r\nHD h0 Z X\r\n")) {
 			t.Fatalf("the replies lack the states the transcript is written to show:\n%q", got)
 		}
 		failure = ""

@@ -33,6 +33,14 @@ func (r *Reply) ShowsLastAccess() bool {
 	return r.kind == text.KindMetaDebug || r.meta.Wants('l')
 }
 
+// MetaGet reports whether r belongs to a meta get (mg): it may win the
+// item's token (Lease), and its read may not count (Bumps).
+func (r *Reply) MetaGet() bool { return r.kind == text.KindMetaGet }
+
+// Bumps reports whether r's read counts as one in the item's fetch state
+// (meta h and l): every read does but a meta get's with u, as in memcached.
+func (r *Reply) Bumps() bool { return r.kind != text.KindMetaGet || !r.meta.NoBump }
+
 // MetaDelete reports whether r belongs to a meta delete (md), whose CAS
 // mismatch memcached counts as a delete miss (binary DELETE's as nothing).
 func (r *Reply) MetaDelete() bool { return r.kind == text.KindMetaDelete }

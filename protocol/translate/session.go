@@ -315,8 +315,13 @@ func (s *Session) Reply(dst *Reply, aux *[]byte) {
 }
 
 // Current is the reply needs of the request being admitted, which Reply
-// copies out.
-func (s *Session) Current() *Reply { return &s.cur }
+// copies out; nil for a nil Session (a binary connection has none).
+func (s *Session) Current() *Reply {
+	if s == nil {
+		return nil
+	}
+	return &s.cur
+}
 
 // Refuse appends the text refusal of the request being admitted:
 // SERVER_ERROR with the reason binary gives. The rest of a multi-get is
