@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"kvd/catalog"
 	"kvd/engine"
@@ -49,6 +50,17 @@ func FlushAt(delay, now uint32, started int64) (at uint32, ok bool) {
 		return 0, true
 	}
 	return at - 1, true
+}
+
+// Flush flushes bk (catalog.Catalog.Flush) after delay, in memcached's
+// meaning (FlushAt) for a server started at started: FLUSH and flush_all,
+// on a worker.
+func Flush(cat *catalog.Catalog, bk *catalog.Bucket, delay uint32, now, started time.Time) error {
+	at, ok := FlushAt(delay, uint32(now.Unix()), started.Unix())
+	if !ok {
+		return nil
+	}
+	return cat.Flush(bk, at, uint32(now.Unix()))
 }
 
 // memcachedStartSlack: memcached dates its start ITEM_UPDATE_INTERVAL + 2

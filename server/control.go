@@ -235,7 +235,7 @@ func (c *conn) admin(req *mc.Request, cmd catalog.Admin, what string) {
 // flush handles FLUSH/FLUSHQ: every item of the selected bucket goes, and
 // nothing of any other bucket. With a delay in the extras (memcached's
 // semantics) the items that exist when the delay ends go then, and are
-// served until then (see flushBucket for a time that has passed).
+// served until then (see command.Flush for a time that has passed).
 func (c *conn) flush(req *mc.Request) {
 	if c.bucket == nil {
 		c.replyError(req, mc.StatusNoBucket, c.noBucketReason())
@@ -244,8 +244,7 @@ func (c *conn) flush(req *mc.Request) {
 	quiet := req.Opcode.IsQuiet()
 	delay, _ := mc.FlushExtras(req.Extras)
 	c.startControl(req, func(b *work.Batch) {
-		err := c.srv.flushBucket(b.Bucket, delay)
-		switch {
+		switch err := command.Flush(c.srv.cat, b.Bucket, delay, c.srv.opts.Now(), c.srv.started); {
 		case err != nil:
 			st, reason := command.StatusOf(err)
 			b.Out = c.enc.Error(b.Out, b.Reqs[0].Hdr, st, reason, nil)
@@ -253,16 +252,6 @@ func (c *conn) flush(req *mc.Request) {
 			b.Out = c.enc.Reply(b.Out, b.Reqs[0].Hdr, mc.StatusOK, 0, nil, nil, nil)
 		}
 	})
-}
-
-// flushBucket flushes bk (catalog.Flush) after delay, in memcached's
-// meaning (command.FlushAt): FLUSH and flush_all, on a worker.
-func (s *Server) flushBucket(bk *catalog.Bucket, delay uint32) error {
-	now := uint32(s.opts.Now().Unix())
-	if at, ok := command.FlushAt(delay, now, s.started.Unix()); ok {
-		return s.cat.Flush(bk, at, now)
-	}
-	return nil
 }
 
 // stats answers STAT: one reply per statistic, then an empty terminator.
@@ -348,8 +337,15 @@ func (c *conn) textAuth(cmd *text.Command) {
 }
 
 // textStats answers stats [group [arg]]: the general group as memcached
-// formats it and kvd's groups, from the gatherers binary's STAT uses.
+// formats it and kvd's groups, from the gatherers binary's STAT uses, and
+// memcached's cachedump (command.Cachedump).
 func (c *conn) textStats(group, arg string) {
+	if group == "cachedump" { // reads the store: on a worker
+		c.textJob(func(bk *catalog.Bucket, out []byte) []byte {
+			return command.Cachedump(bk, arg, uint32(c.srv.opts.Now().Unix()), out)
+		})
+		return
+	}
 	emit := func(name string, value []byte) { c.out = text.AppendStat(c.out, name, string(value)) }
 	switch err := c.srv.view.Stats(group, arg, c.bucket, c.canSee, emit, emit); {
 	case errors.Is(err, observe.ErrUnknownGroup):
@@ -363,23 +359,29 @@ func (c *conn) textStats(group, arg string) {
 }
 
 // textFlush is flush_all [delay]: on a worker, as binary FLUSH does
-// (flushBucket), the delay with memcached's meaning.
+// (command.Flush), the delay with memcached's meaning.
 func (c *conn) textFlush(delay uint32, noreply bool) {
+	c.textJob(func(bk *catalog.Bucket, out []byte) []byte {
+		switch err := command.Flush(c.srv.cat, bk, delay, c.srv.opts.Now(), c.srv.started); {
+		case err != nil:
+			_, reason := command.StatusOf(err)
+			return text.AppendServerError(out, reason)
+		case !noreply:
+			return append(out, "OK\r\n"...)
+		}
+		return out
+	})
+}
+
+// textJob runs job for the selected bucket on a worker; what it appends
+// to the connection's output goes out in order.
+func (c *conn) textJob(job func(bk *catalog.Bucket, out []byte) []byte) {
 	if c.bucket == nil {
 		c.out = text.AppendServerError(c.out, c.noBucketReason())
 		return
 	}
 	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
-	b.Job = func(b *work.Batch) {
-		err := c.srv.flushBucket(b.Bucket, delay)
-		switch {
-		case err != nil:
-			_, reason := command.StatusOf(err)
-			b.Out = text.AppendServerError(b.Out, reason)
-		case !noreply:
-			b.Out = append(b.Out, "OK\r\n"...)
-		}
-	}
+	b.Job = func(b *work.Batch) { b.Out = job(b.Bucket, b.Out) }
 	c.startJob(b)
 }
 

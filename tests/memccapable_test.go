@@ -193,13 +193,14 @@ func TestLibmemcachedVersion(t *testing.T) {
 
 // TestLibmemcachedTools: libmemcached's command-line tools, as an operator
 // uses them, in both protocols: memccp stores files (a text one and 3,000
-// random bytes), memccat prints them back byte for byte, memcexist and
-// memctouch find a key and memcexist not a missing one, memcrm deletes,
-// memcflush empties the bucket. Exit codes as against memcached 1.6.18
+// random bytes), memccat prints them back byte for byte, memcdump lists
+// their keys (text only: it has no --binary), memcexist and memctouch find
+// a key and memcexist not a missing one, memcrm deletes, memcflush empties
+// the bucket. Exit codes as against memcached 1.6.18
 // (checked by hand: the same for every step).
 func TestLibmemcachedTools(t *testing.T) {
 	tools := map[string]string{}
-	for _, name := range []string{"memccp", "memccat", "memcexist", "memctouch", "memcrm", "memcflush"} {
+	for _, name := range []string{"memccp", "memccat", "memcexist", "memctouch", "memcrm", "memcflush", "memcdump"} {
 		tools[name] = requireTool(t, name)
 	}
 	t.Parallel()
@@ -226,6 +227,11 @@ func TestLibmemcachedTools(t *testing.T) {
 			return out
 		}
 		run(true, "memccp", text, bin) // the key is the file's base name
+		if proto == nil { // memcdump speaks text only (stats cachedump)
+			if out := run(true, "memcdump"); string(out) != "blob.bin\nnotes.txt\n" {
+				t.Errorf("memcdump: %q, want the two keys", out)
+			}
+		}
 		if out := run(true, "memccat", "blob.bin"); !bytes.Equal(bytes.TrimSuffix(out, []byte("\n")), blob) {
 			t.Errorf("memccat %v blob.bin: %d bytes back, want the 3,000 stored", proto, len(out))
 		}

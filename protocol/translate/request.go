@@ -161,13 +161,14 @@ func FlushDelay(cmd *text.Command) uint32 {
 }
 
 // StatsArgs are a stats command's group and argument as binary STAT's key
-// carries them ("" when absent).
+// carries them ("" when absent): the argument is the tokens after the
+// group, joined by single spaces.
 func StatsArgs(cmd *text.Command) (group, arg string) {
 	if len(cmd.Keys) > 0 {
 		group = string(cmd.Keys[0])
 	}
 	if len(cmd.Keys) > 1 {
-		arg = string(cmd.Keys[1])
+		arg = string(bytes.Join(cmd.Keys[1:], []byte{' '}))
 	}
 	return group, arg
 }
