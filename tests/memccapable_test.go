@@ -227,7 +227,8 @@ func TestLibmemcachedTools(t *testing.T) {
 			return out
 		}
 		run(true, "memccp", text, bin) // the key is the file's base name
-		if proto == nil {              // memcdump speaks text only (stats cachedump)
+		if proto == nil {
+			// memcdump speaks text only (stats cachedump)
 			if out := run(true, "memcdump"); string(out) != "blob.bin\nnotes.txt\n" {
 				t.Errorf("memcdump: %q, want the two keys", out)
 			}
