@@ -135,6 +135,19 @@ func (e *cacheEntry) bump(now uint32) {
 	e.setFetchState(f)
 }
 
+// fetchStateOf returns the resident item's fetch state; ok is false when
+// it is not resident.
+func (c *itemCache) fetchStateOf(id uint32, key []byte) (f fetchState, ok bool) {
+	h := c.hash(id, key)
+	s := c.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i, ok := s.findLocked(h, id, key); ok {
+		return s.slots[i].fetchState(), true
+	}
+	return fetchState{}, false
+}
+
 // bump records a read at now of the item, if it is resident and live.
 func (c *itemCache) bump(id uint32, key []byte, now uint32) {
 	h := c.hash(id, key)

@@ -6,12 +6,14 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Dump calls fn with each item of the bucket live at now, in key order:
-// its key (valid only during the call), value size and expiry (Unix
-// seconds, 0 = never), until fn returns false. It reads Pebble through an
-// iterator, which sees the store as it was when the dump began; it is for
-// listing keys (memcached's stats cachedump), off the event loop.
-func (b *Bucket) Dump(now uint32, fn func(key []byte, size int, expiry uint32) bool) error {
+// Dump calls fn with each item of the bucket live at now, in key order,
+// until fn returns false. The item's Value (and the key) are valid only
+// during the call; its fetch state is the resident item's, or as read from
+// disk (never read, accessed now). Dump reads Pebble through an iterator,
+// which sees the store as it was when the dump began; it is for listing
+// keys (memcached's stats cachedump and lru_crawler metadump), off the
+// event loop.
+func (b *Bucket) Dump(now uint32, fn func(key []byte, it Item) bool) error {
 	if err := b.flushDue(now); err != nil {
 		return err
 	}
@@ -20,19 +22,30 @@ func (b *Bucket) Dump(now uint32, fn func(key []byte, size int, expiry uint32) b
 	}
 	defer b.leave()
 	start, end := bucketRange(kindItem, b.id)
-	it, err := b.db.pdb.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	iter, err := b.db.pdb.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
 	if err != nil {
 		return fmt.Errorf("engine: dump %q: %w", b.name, err)
 	}
-	for it.First(); it.Valid(); it.Next() {
-		h, v, ok := decodeRecord(it.Value())
+	for iter.First(); iter.Valid(); iter.Next() {
+		key := iter.Key()[bucketPrefixLen:]
+		h, v, ok := decodeRecord(iter.Value())
 		if !ok {
-			_ = it.Close()
-			return errCorrupt(b, it.Key()[bucketPrefixLen:])
+			_ = iter.Close()
+			return errCorrupt(b, key)
 		}
-		if h.live(now) && !fn(it.Key()[bucketPrefixLen:], len(v), h.expiry) {
+		if !h.live(now) {
+			continue
+		}
+		it := h.item(v)
+		it.Accessed = now
+		if c := b.db.cache; c != nil {
+			if f, ok := c.fetchStateOf(b.id, key); ok {
+				it.Fetched, it.Accessed = f.fetched, f.atime
+			}
+		}
+		if !fn(key, it) {
 			break
 		}
 	}
-	return closeIter(it, "dump "+b.name)
+	return closeIter(iter, "dump "+b.name)
 }

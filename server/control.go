@@ -306,6 +306,11 @@ func (c *conn) textControl(cmd *text.Command) {
 		c.out = text.AppendNoop(c.out)
 	case text.KindStats:
 		c.textStats(translate.StatsArgs(cmd))
+	case text.KindDump: // stats cachedump, lru_crawler metadump: the store's keys, on a worker
+		d := translate.DumpOf(cmd)
+		c.textJob(func(bk *catalog.Bucket, out []byte) []byte {
+			return command.Dump(bk, d, uint32(c.srv.opts.Now().Unix()), out)
+		})
 	case text.KindFlushAll:
 		c.textFlush(translate.FlushDelay(cmd), cmd.NoReply)
 	}
@@ -337,15 +342,8 @@ func (c *conn) textAuth(cmd *text.Command) {
 }
 
 // textStats answers stats [group [arg]]: the general group as memcached
-// formats it and kvd's groups, from the gatherers binary's STAT uses, and
-// memcached's cachedump (command.Cachedump).
+// formats it and kvd's groups, from the gatherers binary's STAT uses.
 func (c *conn) textStats(group, arg string) {
-	if group == "cachedump" { // reads the store: on a worker
-		c.textJob(func(bk *catalog.Bucket, out []byte) []byte {
-			return command.Cachedump(bk, arg, uint32(c.srv.opts.Now().Unix()), out)
-		})
-		return
-	}
 	emit := func(name string, value []byte) { c.out = text.AppendStat(c.out, name, string(value)) }
 	switch err := c.srv.view.Stats(group, arg, c.bucket, c.canSee, emit, emit); {
 	case errors.Is(err, observe.ErrUnknownGroup):

@@ -36,6 +36,7 @@ var toolPackages = map[string]string{
 	"memcaslap":   "libmemcached-tools",
 	"prometheus":  "prometheus",
 	"promtool":    "prometheus",
+	memcachedTool: "memcached",
 }
 
 // TestAlertRules runs `promtool check rules` on the shipped alert rules,

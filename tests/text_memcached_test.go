@@ -2,10 +2,12 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -502,5 +504,91 @@ func TestStatsCachedump(t *testing.T) {
 	}
 	if line := len("ITEM  [1 b; 0 s]\r\n") + 240; size > 2<<20 || size < 2<<20-line || n >= 9001 {
 		t.Errorf("stats cachedump 1 0 of 9,001 items: %d lines, %d bytes; want as many as fit in 2 MiB", n, size)
+	}
+}
+
+// memcachedTool is memcached's own stats and dump script (Debian's
+// memcached package, in perl).
+const memcachedTool = "/usr/share/memcached/scripts/memcached-tool"
+
+// TestLRUCrawlerMetadump: memcached's lru_crawler metadump, which
+// memcached-tool's keys and dump use. Its refusals as memcached 1.6.18's,
+// one command at a time (memcached refuses a metadump behind other
+// commands of the same read); then kvd alone: every live item of the
+// bucket with its expiry, last access, CAS, whether it was read and size,
+// the key URI-encoded; and memcached-tool's dump of kvd, replayed into
+// memcached, gives memcached the same items.
+func TestLRUCrawlerMetadump(t *testing.T) {
+	tool := requireTool(t, memcachedTool)
+	requireTool(t, "perl")
+	k := startKVD(t, textDiffConfig)
+	mcd, kc := dialText(t, texttest.StartMemcached(t)), dialText(t, k.Addr)
+	for _, cmd := range []string{"lru_crawler metadump", "lru_crawler metadump 0", "lru_crawler metadump 64",
+		"lru_crawler metadump 1,x", "lru_crawler metadump ,", "lru_crawler metadump all extra", "lru_crawler crawl"} {
+		mcd.send(cmd + "\r\n")
+		want, err := mcd.line(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kc.call(cmd, cmd+"\r\n", want)
+	}
+
+	kc.call("set a%b", "set a%b 0 0 1\r\nx\r\n", "STORED")
+	kc.call("set e", "set e 7 100 2\r\nxy\r\n", "STORED")
+	kc.call("set gone", "set gone 0 -1 1\r\nz\r\n", "STORED")
+	kc.call("read e", "get e\r\nget e\r\n", "VALUE e 7 2", "xy", "END", "VALUE e 7 2", "xy", "END")
+	if res := dialRaw(t, k.Addr).call(set("has space", "v")); res.Status != mc.StatusOK {
+		t.Fatalf("binary SET of a key with a space: %v", res.Status)
+	}
+	now := time.Now().Unix()
+	kc.send("lru_crawler metadump all\r\n")
+	var lines []string
+	for {
+		l, err := kc.r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lines = append(lines, l); l == "END\r\n" {
+			break
+		}
+	}
+	cas := `cas=\d+ `
+	want := []*regexp.Regexp{
+		regexp.MustCompile(`^key=a%25b exp=-1 la=(\d+) ` + cas + `fetch=no cls=1 size=63\n$`),
+		regexp.MustCompile(`^key=e exp=(\d+) la=(\d+) ` + cas + `fetch=yes cls=1 size=62\n$`),
+		regexp.MustCompile(`^key=has%20space exp=-1 la=(\d+) ` + cas + `fetch=no cls=1 size=69\n$`),
+	}
+	if len(lines) != len(want)+1 {
+		t.Fatalf("lru_crawler metadump all: %q, want a%%b, e, has space and END", lines)
+	}
+	times := [][]int64{{now}, {now + 100, now}, {now}} // exp and la, as the patterns capture them
+	for i, re := range want {
+		m := re.FindStringSubmatch(lines[i])
+		if m == nil {
+			t.Fatalf("lru_crawler metadump all, line %d: %q, want %v", i, lines[i], re)
+		}
+		for j, v := range m[1:] {
+			if n, _ := strconv.ParseInt(v, 10, 64); n < times[i][j]-2 || n > times[i][j]+1 {
+				t.Errorf("lru_crawler metadump all, line %d: %q: time %d, want about %d", i, lines[i], n, times[i][j])
+			}
+		}
+	}
+	kc.call("an empty class", "lru_crawler metadump 2,3\r\n", "END")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	keys, err := exec.CommandContext(ctx, tool, k.Addr, "keys").Output()
+	if err != nil || bytes.Count(keys, []byte("\n")) != 3 {
+		t.Fatalf("memcached-tool keys: %v\n%s", err, keys)
+	}
+	dump, err := exec.CommandContext(ctx, tool, k.Addr, "dump").Output()
+	if err != nil {
+		t.Fatalf("memcached-tool dump: %v", err)
+	}
+	target := texttest.StartMemcached(t)
+	in := append(dump, "get a%b e\r\n"+texttest.SentinelCommand...)
+	if out, _ := texttest.Ask(t, target, in, true); !bytes.HasSuffix(out,
+		[]byte("VALUE a%b 0 1\r\nx\r\nVALUE e 7 2\r\nxy\r\nEND\r\n"+texttest.SentinelReply)) {
+		t.Fatalf("memcached-tool dump of kvd, replayed into memcached, then get a%%b e: %q", out)
 	}
 }

@@ -79,11 +79,12 @@ const (
 	KindMetaArithmetic // ma
 	KindMetaNoop       // mn
 	KindMetaDebug      // me
+	KindDump           // stats cachedump, lru_crawler metadump: Keys are "cachedump" or "metadump" and the arguments
 )
 
 var kindNames = [...]string{"none", "get", "gets", "gat", "gats", "set", "add", "replace",
 	"append", "prepend", "cas", "delete", "incr", "decr", "touch", "flush_all", "version",
-	"verbosity", "quit", "stats", "mg", "ms", "md", "ma", "mn", "me"}
+	"verbosity", "quit", "stats", "mg", "ms", "md", "ma", "mn", "me", "dump"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -93,7 +94,7 @@ func (k Kind) String() string {
 }
 
 // Meta reports whether k is a meta command.
-func (k Kind) Meta() bool { return k >= KindMetaGet }
+func (k Kind) Meta() bool { return k >= KindMetaGet && k <= KindMetaDebug }
 
 // Storage reports whether k carries a data block.
 func (k Kind) Storage() bool { return k >= KindSet && k <= KindCas || k == KindMetaSet }

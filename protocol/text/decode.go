@@ -275,6 +275,15 @@ func (c *Command) parseOther(tk *tokens) *Error {
 		return c.parseVerbosity(tk)
 	case "stats":
 		c.Kind = KindStats
+		if nt > 2 && string(tk.t[1]) == "cachedump" {
+			c.Kind = KindDump
+		}
+		c.Keys = append(c.Keys, tk.t[1:tk.n]...)
+	case "lru_crawler": // only metadump, of one argument, as memcached's
+		if nt != 4 || string(tk.t[1]) != "metadump" {
+			return c.unknown()
+		}
+		c.Kind = KindDump
 		c.Keys = append(c.Keys, tk.t[1:tk.n]...)
 	default:
 		return c.unknown()

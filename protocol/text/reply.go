@@ -376,6 +376,10 @@ func (m *Meta) keyBinary(k Kind, o *Outcome) bool {
 // (with CAS), the key and its NUL, the value and its "\r\n".
 const itemOverhead = 56 + 1 + 2
 
+// ItemSize is memcached's size of an item with a key and a value of these
+// lengths (me's size=, metadump's).
+func ItemSize(key, value int) int { return itemOverhead + key + value }
+
 // appendMetaDebug answers me as memcached 1.6.18 does: "EN" on a miss, else
 // "ME <key> exp=… la=… cas=… fetch=yes|no cls=1 size=…", where exp is
 // minus the remaining TTL (memcached prints current_time - exptime) or -1.
@@ -397,6 +401,6 @@ func appendMetaDebug(dst []byte, cmd *Command, o *Outcome) []byte {
 		dst = append(dst, " fetch=no"...)
 	}
 	dst = append(dst, " cls=1 size="...)
-	dst = strconv.AppendInt(dst, int64(itemOverhead+len(cmd.Key)+len(o.Value)), 10)
+	dst = strconv.AppendInt(dst, int64(ItemSize(len(cmd.Key), len(o.Value))), 10)
 	return append(dst, crlf...)
 }

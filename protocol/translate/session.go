@@ -338,7 +338,7 @@ func (s *Session) Refuse(dst []byte, reason string) []byte {
 func isControl(k text.Kind) bool {
 	switch k {
 	case text.KindVersion, text.KindVerbosity, text.KindQuit, text.KindStats,
-		text.KindFlushAll, text.KindMetaNoop:
+		text.KindFlushAll, text.KindMetaNoop, text.KindDump:
 		return true
 	}
 	return false
