@@ -10,9 +10,12 @@ import (
 // Memcached's key listings: stats cachedump's slab classes
 // (MAX_NUMBER_OF_SLAB_CLASSES, the smallest being 1) and the size of one
 // cachedump reply (item_cachedump's memlimit).
+// metadumpMaxBytes bounds one metadump reply, which memcached streams
+// without a bound: kvd builds a reply whole before it is sent.
 const (
-	dumpClasses  = 64
-	dumpMaxBytes = 2 << 20
+	dumpClasses      = 64
+	dumpMaxBytes     = 2 << 20
+	metadumpMaxBytes = 16 << 20
 )
 
 // A Dump is one of the key listings of memcached's text protocol, parsed
@@ -23,13 +26,16 @@ const (
 // (ending in "\n" alone, as memcached's). Both end with END. kvd has no slab
 // classes: every item is in class 1 (as me says), and the other classes
 // are empty. The listing's caller feeds it the items (Item), then ends it
-// (End); a refused one lists nothing and End answers the refusal.
+// (End); a refused one lists nothing and End answers the refusal. A
+// metadump stops before 16 MiB: its reply then ends with a SERVER_ERROR
+// line saying so, before END (what memcached-tool reads up to).
 type Dump struct {
 	meta    bool   // metadump
 	all     bool   // class 1 is asked for: every item
 	limit   uint64 // cachedump's (0: none)
 	shown   uint64
-	bytes   int    // the cachedump reply so far
+	bytes   int    // the reply so far
+	full    bool   // a metadump stopped at metadumpMaxBytes
 	refusal string // memcached's answer to a malformed request
 }
 
@@ -108,15 +114,20 @@ func (d *Dump) Lists() bool { return d.all && d.refusal == "" }
 // token (binary protocol keys with a space or control byte), which
 // metadump's URI encoding shows.
 func (d *Dump) Item(dst []byte, it DumpItem) ([]byte, bool) {
+	start := len(dst)
 	if d.meta {
-		return appendMetadumpItem(dst, it), true
+		if dst = appendMetadumpItem(dst, it); d.bytes+len(dst)-start > metadumpMaxBytes {
+			d.full = true
+			return dst[:start], false
+		}
+		d.bytes += len(dst) - start
+		return dst, true
 	}
 	for _, c := range it.Key {
 		if c <= ' ' || c == 0x7f {
 			return dst, true
 		}
 	}
-	start := len(dst)
 	dst = append(append(append(dst, "ITEM "...), it.Key...), " ["...)
 	dst = append(strconv.AppendInt(dst, int64(it.Size), 10), " b; "...)
 	dst = append(strconv.AppendUint(dst, uint64(it.Expiry), 10), " s]\r\n"...)
@@ -156,8 +167,13 @@ func appendMetadumpItem(dst []byte, it DumpItem) []byte {
 
 // End appends the listing's end: END, or the refusal.
 func (d *Dump) End(dst []byte) []byte {
-	if d.refusal != "" {
+	switch {
+	case d.refusal != "":
 		return append(dst, d.refusal...)
+	case d.full:
+		dst = append(dst, "SERVER_ERROR metadump stopped at "...)
+		dst = strconv.AppendInt(dst, metadumpMaxBytes, 10)
+		dst = append(dst, " bytes: kvd does not list more in one reply\r\n"...)
 	}
 	return append(dst, "END\r\n"...)
 }

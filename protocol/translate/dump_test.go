@@ -1,0 +1,78 @@
+package translate
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func dumpOf(t *testing.T, line string) *Dump {
+	t.Helper()
+	return DumpOf(decoded(t, line).Command())
+}
+
+// list feeds d n items named by key(i), each with a value of size bytes,
+// until d wants no more, and returns the reply.
+func list(d *Dump, n, size int, key func(int) string) string {
+	var out []byte
+	for i := 0; i < n && d.Lists(); i++ {
+		var more bool
+		out, more = d.Item(out, DumpItem{Key: []byte(key(i)), Size: size, Expiry: now + 100, Accessed: now, CAS: 7})
+		if !more {
+			break
+		}
+	}
+	return string(d.End(out))
+}
+
+// TestDumpRequests: the listings' arguments as memcached 1.6.18 takes them
+// (its refusals were read off it): class 1 lists, another class is empty,
+// malformed ones are refused with memcached's lines.
+func TestDumpRequests(t *testing.T) {
+	for line, want := range map[string]string{
+		"stats cachedump 1 0\r\n":       "ITEM k0 [3 b; 1700000100 s]\r\nITEM k1 [3 b; 1700000100 s]\r\nEND\r\n",
+		"stats cachedump 1 1\r\n":       "ITEM k0 [3 b; 1700000100 s]\r\nEND\r\n",
+		"stats cachedump 1 0 extra\r\n": "ITEM k0 [3 b; 1700000100 s]\r\nITEM k1 [3 b; 1700000100 s]\r\nEND\r\n",
+		"stats cachedump 0 0\r\n":       "END\r\n",
+		"stats cachedump 63 0\r\n":      "END\r\n",
+		"stats cachedump 64 0\r\n":      "CLIENT_ERROR Illegal slab id\r\n",
+		"stats cachedump 1\r\n":         "CLIENT_ERROR bad command line\r\n",
+		"stats cachedump x 0\r\n":       "CLIENT_ERROR bad command line format\r\n",
+		"stats cachedump 1 -1\r\n":      "CLIENT_ERROR bad command line format\r\n",
+		"lru_crawler metadump all\r\n":  "key=k0 exp=1700000100 la=1700000000 cas=7 fetch=no cls=1 size=64\nkey=k1 exp=1700000100 la=1700000000 cas=7 fetch=no cls=1 size=64\nEND\r\n",
+		"lru_crawler metadump hash\r\n": "key=k0 exp=1700000100 la=1700000000 cas=7 fetch=no cls=1 size=64\nkey=k1 exp=1700000100 la=1700000000 cas=7 fetch=no cls=1 size=64\nEND\r\n",
+		"lru_crawler metadump 2,1,\r\n": "key=k0 exp=1700000100 la=1700000000 cas=7 fetch=no cls=1 size=64\nkey=k1 exp=1700000100 la=1700000000 cas=7 fetch=no cls=1 size=64\nEND\r\n",
+		"lru_crawler metadump 2,3\r\n":  "END\r\n",
+		"lru_crawler metadump 0\r\n":    "BADCLASS invalid class id\r\n",
+		"lru_crawler metadump 64\r\n":   "BADCLASS invalid class id\r\n",
+		"lru_crawler metadump 1,x\r\n":  "BADCLASS invalid class id\r\n",
+		"lru_crawler metadump ALL\r\n":  "BADCLASS invalid class id\r\n",
+		"lru_crawler metadump ,\r\n":    "NOTSTARTED no items to crawl\r\n",
+	} {
+		if got := list(dumpOf(t, line), 2, 3, func(i int) string { return fmt.Sprint("k", i) }); got != want {
+			t.Errorf("%q: %q, want %q", line, got, want)
+		}
+	}
+}
+
+// TestDumpBounds: a cachedump reply stops before 2 MiB and leaves out keys
+// that are not one token; a metadump URI-encodes them and stops before 16
+// MiB with a SERVER_ERROR line before END.
+func TestDumpBounds(t *testing.T) {
+	key := func(i int) string { return fmt.Sprintf("%0200d", i) }
+	got := list(dumpOf(t, "stats cachedump 1 0\r\n"), 1e6, 1, key)
+	if n := strings.Count(got, "ITEM "); len(got) > 2<<20 || len(got) < 2<<20-300 || !strings.HasSuffix(got, "\r\nEND\r\n") {
+		t.Errorf("cachedump of a million 200-byte keys: %d lines, %d bytes; want under 2 MiB, full, END", n, len(got))
+	}
+	if got := list(dumpOf(t, "stats cachedump 1 0\r\n"), 3, 1, func(i int) string { return []string{"a b", "c\x01", "d"}[i] }); got != "ITEM d [1 b; 1700000100 s]\r\nEND\r\n" {
+		t.Errorf("cachedump of keys with a space, a control byte and neither: %q", got)
+	}
+	got = list(dumpOf(t, "lru_crawler metadump all\r\n"), 1e6, 1, key)
+	end := "SERVER_ERROR metadump stopped at 16777216 bytes: kvd does not list more in one reply\r\nEND\r\n"
+	if body := strings.TrimSuffix(got, end); body == got || len(body) > 16<<20 || len(body) < 16<<20-300 {
+		t.Errorf("metadump of a million 200-byte keys: %d bytes, ends %q", len(got), got[max(0, len(got)-120):])
+	}
+	if got := list(dumpOf(t, "lru_crawler metadump all\r\n"), 1, 1, func(int) string { return "a b%~\xff" }); !strings.HasPrefix(got, "key=a%20b%25~%FF exp=") {
+		t.Errorf("metadump of a key with a space, %%, ~ and 0xff: %q", got)
+	}
+}
