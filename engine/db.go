@@ -28,6 +28,9 @@ type DB struct {
 	// nanoseconds and above every stored CAS.
 	cas atomic.Uint64
 
+	// dumping is set while a Bucket.Dump runs (one at a time: ErrDumpBusy).
+	dumping atomic.Bool
+
 	// space refuses mutations before the disk is full; nil if disabled.
 	space *spaceGuard
 	// failed is set when Pebble's commit path failed fatally (see commit);

@@ -12,8 +12,13 @@ import (
 // disk (never read, accessed now). Dump reads Pebble through an iterator,
 // which sees the store as it was when the dump began; it is for listing
 // keys (memcached's stats cachedump and lru_crawler metadump), off the
-// event loop.
+// event loop. A listing can read the whole store, so one runs at a time
+// in the DB: another gets ErrDumpBusy at once.
 func (b *Bucket) Dump(now uint32, fn func(key []byte, it Item) bool) error {
+	if !b.db.dumping.CompareAndSwap(false, true) {
+		return ErrDumpBusy
+	}
+	defer b.db.dumping.Store(false)
 	if err := b.flushDue(now); err != nil {
 		return err
 	}

@@ -165,6 +165,15 @@ func appendMetadumpItem(dst []byte, it DumpItem) []byte {
 	return append(dst, '\n')
 }
 
+// Busy appends the answer to a listing that could not start because
+// another is running: memcached's for a metadump (one crawl at a time).
+func (d *Dump) Busy(dst []byte) []byte {
+	if d.meta {
+		return append(dst, "BUSY currently processing crawler request\r\n"...)
+	}
+	return append(dst, "SERVER_ERROR another key listing is running: try again\r\n"...)
+}
+
 // End appends the listing's end: END, or the refusal.
 func (d *Dump) End(dst []byte) []byte {
 	switch {
