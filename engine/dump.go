@@ -25,9 +25,12 @@ func (b *Bucket) Dump(now uint32, fn func(key []byte, it Item) bool) error {
 	if err := b.enter(); err != nil {
 		return err
 	}
-	defer b.leave()
+	// The iterator sees the store as it is now, so the scan holds no lock:
+	// a flush or DELETE_BUCKET meanwhile would otherwise wait for it, and
+	// every command of the bucket behind them.
 	start, end := bucketRange(kindItem, b.id)
 	iter, err := b.db.pdb.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	b.leave()
 	if err != nil {
 		return fmt.Errorf("engine: dump %q: %w", b.name, err)
 	}
