@@ -28,8 +28,9 @@ type DB struct {
 	// nanoseconds and above every stored CAS.
 	cas atomic.Uint64
 
-	// dumping is set while a Bucket.Dump runs (one at a time: ErrDumpBusy).
-	dumping atomic.Bool
+	// dumpMu is held by the Bucket.Dump running (one at a time:
+	// ErrDumpBusy), and by Close before Pebble closes under its iterator.
+	dumpMu sync.Mutex
 
 	// space refuses mutations before the disk is full; nil if disabled.
 	space *spaceGuard
@@ -247,6 +248,8 @@ func (db *DB) Close() error {
 	for _, e := range entries {
 		e.b.setState(stateClosed)
 	}
+	db.dumpMu.Lock() // a Dump sees its bucket closed within a stride and closes its iterator
+	defer db.dumpMu.Unlock()
 	if db.cache != nil {
 		db.cache.reset() // after setState: nothing can fill it any more
 	}

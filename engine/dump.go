@@ -6,6 +6,10 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
+// dumpStride is how many records a Dump reads between letting a flush,
+// DELETE_BUCKET or Close that waits for the bucket go first.
+const dumpStride = 256
+
 // Dump calls fn with each item of the bucket live at now, in key order,
 // until fn returns false. The item's Value (and the key) are valid only
 // during the call; its fetch state is the resident item's, or as read from
@@ -13,32 +17,49 @@ import (
 // which sees the store as it was when the dump began; it is for listing
 // keys (memcached's stats cachedump and lru_crawler metadump), off the
 // event loop. A listing can read the whole store, so one runs at a time
-// in the DB: another gets ErrDumpBusy at once.
-func (b *Bucket) Dump(now uint32, fn func(key []byte, it Item) bool) error {
-	if !b.db.dumping.CompareAndSwap(false, true) {
+// in the DB: another gets ErrDumpBusy at once. It holds the bucket shared
+// a stride of records at a time: a flush or DELETE_BUCKET meanwhile waits
+// for one stride, not the whole listing (nor do the bucket's commands
+// behind it); a bucket deleted or closed meanwhile ends the listing with
+// that error.
+func (b *Bucket) Dump(now uint32, fn func(key []byte, it Item) bool) (err error) {
+	if !b.db.dumpMu.TryLock() {
 		return ErrDumpBusy
 	}
-	defer b.db.dumping.Store(false)
+	defer b.db.dumpMu.Unlock()
 	if err := b.flushDue(now); err != nil {
 		return err
 	}
 	if err := b.enter(); err != nil {
 		return err
 	}
-	// The iterator sees the store as it is now, so the scan holds no lock:
-	// a flush or DELETE_BUCKET meanwhile would otherwise wait for it, and
-	// every command of the bucket behind them.
 	start, end := bucketRange(kindItem, b.id)
 	iter, err := b.db.pdb.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
-	b.leave()
 	if err != nil {
+		b.leave()
 		return fmt.Errorf("engine: dump %q: %w", b.name, err)
 	}
+	held := true // the bucket, shared
+	defer func() {
+		if held {
+			b.leave()
+		}
+		if cerr := closeIter(iter, "dump "+b.name); err == nil {
+			err = cerr
+		}
+	}()
+	n := 0
 	for iter.First(); iter.Valid(); iter.Next() {
+		if n++; n%dumpStride == 0 {
+			b.leave()
+			if err := b.enter(); err != nil { // deleted or closed meanwhile
+				held = false
+				return err
+			}
+		}
 		key := iter.Key()[bucketPrefixLen:]
 		h, v, ok := decodeRecord(iter.Value())
 		if !ok {
-			_ = iter.Close()
 			return errCorrupt(b, key)
 		}
 		if !h.live(now) {
@@ -52,8 +73,8 @@ func (b *Bucket) Dump(now uint32, fn func(key []byte, it Item) bool) error {
 			}
 		}
 		if !fn(key, it) {
-			break
+			return nil
 		}
 	}
-	return closeIter(iter, "dump "+b.name)
+	return nil
 }

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 )
 
 // TestDump: a bucket's live items in key order, with size, expiry, CAS and
@@ -52,5 +54,44 @@ func TestDump(t *testing.T) {
 	n := 0
 	if err := b.Dump(t0+5, func([]byte, Item) bool { n++; return false }); err != nil || n != 1 {
 		t.Fatalf("a Dump whose fn stops at once: %d items, %v", n, err)
+	}
+}
+
+// TestDumpYields: a flush and a Close during a long listing do not wait for
+// it to end: a flush waits at most a stride of records, and a Close ends
+// the listing with ErrClosed before Pebble closes under its iterator.
+func TestDumpYields(t *testing.T) {
+	db := openTest(t, withCache(DefaultItemCacheSize))
+	b := newBucketT(t, db, "b")
+	for i := range 4 * dumpStride {
+		if _, err := b.Store(ModeSet, fmt.Appendf(nil, "k%04d", i), []byte("v"), 0, 0, 0, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flushed, closed := make(chan error), make(chan error)
+	listed := 0
+	err := b.Dump(t0, func([]byte, Item) bool {
+		switch listed++; listed {
+		case 1:
+			go func() { flushed <- b.Flush() }()
+		case 2 * dumpStride:
+			select {
+			case err := <-flushed:
+				if err != nil {
+					t.Errorf("the flush during the listing: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the flush waited for the listing to end")
+			}
+			go func() { closed <- db.Close() }()
+			time.Sleep(50 * time.Millisecond) // Close waits for the bucket: the stride's end
+		}
+		return true
+	})
+	if !errors.Is(err, ErrClosed) || listed < 2*dumpStride || listed > 3*dumpStride {
+		t.Fatalf("the listing: %d items, %v; want ErrClosed after a close in its second stride", listed, err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close during the listing: %v", err)
 	}
 }
