@@ -74,6 +74,7 @@ func TestDumpYields(t *testing.T) {
 		switch listed++; listed {
 		case 1:
 			go func() { flushed <- b.Flush() }()
+			time.Sleep(50 * time.Millisecond) // the flush waits for the bucket by then: the stride's end
 		case 2 * dumpStride:
 			select {
 			case err := <-flushed:
