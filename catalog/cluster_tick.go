@@ -90,8 +90,9 @@ type ClusterStatus struct {
 	// Shares are this node's shares as of the last Tick.
 	Shares []Share `json:"shares"`
 	// Usage is, by bucket, the units the whole cluster charged in the
-	// last second (as published).
-	Usage map[string]int64 `json:"usage"`
+	// last second (as published); NodeUsage the same by bucket and node.
+	Usage     map[string]int64            `json:"usage"`
+	NodeUsage map[string]map[string]int64 `json:"node_usage"`
 }
 
 // Tick is called once per throttle tick with every local bucket's cluster
@@ -136,8 +137,9 @@ func (c *Cluster) Tick(now time.Time, loads []Load) []Share {
 		// must not revive them.
 		clear(c.lastShares)
 	}
+	usage, byNode := clusterUsage(demands)
 	c.status = ClusterStatus{Node: c.opts.NodeName, State: to, Members: members, Shares: shares,
-		Usage: clusterUsage(demands)}
+		Usage: usage, NodeUsage: byNode}
 	return shares
 }
 
@@ -203,14 +205,20 @@ func (c *Cluster) snapshot() ([]Member, map[string]usageReport) {
 	return members, reports
 }
 
-func clusterUsage(reports map[string]usageReport) map[string]int64 {
-	out := map[string]int64{}
-	for _, u := range reports {
+// clusterUsage sums the live nodes' last reports by bucket, and returns
+// them by bucket and node too.
+func clusterUsage(reports map[string]usageReport) (total map[string]int64, byNode map[string]map[string]int64) {
+	total, byNode = map[string]int64{}, map[string]map[string]int64{}
+	for node, u := range reports {
 		for b, l := range u.Buckets {
-			out[b] += l.Usage
+			total[b] += l.Usage
+			if byNode[b] == nil {
+				byNode[b] = map[string]int64{}
+			}
+			byNode[b][node] = l.Usage
 		}
 	}
-	return out
+	return total, byNode
 }
 
 func (c *Cluster) logTransitionLocked(from, to LinkState) {

@@ -466,6 +466,9 @@ func TestClusterSharesFollowDemand(t *testing.T) {
 	if len(st.Members) != 3 || st.State != LinkUp || st.Usage["app"] != 200+1000+1000 {
 		t.Fatalf("status: %+v", st)
 	}
+	if by := st.NodeUsage["app"]; len(by) != 3 || by[st.Members[0].Name]+by[st.Members[1].Name]+by[st.Members[2].Name] != st.Usage["app"] {
+		t.Fatalf("status: app's usage by node %v, want the three members' adding up to %d", by, st.Usage["app"])
+	}
 	if raw, err := json.Marshal(st); err != nil || !strings.Contains(string(raw), `"etcd":"up"`) {
 		t.Fatalf("status JSON: %s, %v", raw, err)
 	}

@@ -32,8 +32,9 @@ type shareStat struct {
 	TotalReserved  tenant.Limit `json:"total_reserved"`
 	TotalHardLimit tenant.Limit `json:"total_hard_limit"`
 	// ClusterUsage is the units every live node charged the bucket in the
-	// last second, as they published it.
-	ClusterUsage int64 `json:"cluster_usage"`
+	// last second, as they published it; NodeUsage is each node's part.
+	ClusterUsage int64            `json:"cluster_usage"`
+	NodeUsage    map[string]int64 `json:"node_usage"`
 }
 
 // Cluster is STAT "cluster": the node's view of the cluster, with the
@@ -55,7 +56,10 @@ func (v *View) Cluster(canSee func(string) bool) ([]byte, error) {
 			continue
 		}
 		ss := shareStat{Bucket: sh.Bucket, Reserved: tenant.Limit(sh.Reserved), HardLimit: tenant.Limit(sh.HardLimit),
-			ClusterUsage: st.Usage[sh.Bucket]}
+			ClusterUsage: st.Usage[sh.Bucket], NodeUsage: st.NodeUsage[sh.Bucket]}
+		if ss.NodeUsage == nil {
+			ss.NodeUsage = map[string]int64{}
+		}
 		if b, ok := cat.Get(sh.Bucket); ok {
 			set := b.Settings()
 			ss.TotalReserved, ss.TotalHardLimit = tenant.Limit(set.Reserved), tenant.Limit(set.HardLimit)

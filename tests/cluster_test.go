@@ -193,15 +193,26 @@ func (tc *testCluster) testHardLimit(t *testing.T) {
 // five pass.
 func (tc *testCluster) wantClusterUsage(t *testing.T, n *clusterNode, bucket string, want int) {
 	var seen []int
+	var byNode []map[string]int64
 	within := func(v int) bool { return float64(v) >= 0.85*float64(want) && float64(v) <= 1.15*float64(want) }
 	for range 16 {
 		for _, sh := range tc.admin(n).clusterStat().Shares {
-			if sh.Bucket == bucket {
-				seen = append(seen, int(sh.ClusterUsage))
+			if sh.Bucket != bucket {
+				continue
+			}
+			seen, byNode = append(seen, int(sh.ClusterUsage)), append(byNode, sh.NodeUsage)
+			sum := int64(0)
+			for _, u := range sh.NodeUsage {
+				sum += u
+			}
+			if len(sh.NodeUsage) != len(tc.nodes) || sum != sh.ClusterUsage {
+				t.Errorf("STAT cluster on %s: %s's node usage %v for %d nodes, want one per node adding up to the cluster usage %d",
+					n.name, bucket, sh.NodeUsage, len(tc.nodes), sh.ClusterUsage)
 			}
 		}
 		if len(seen) >= 5 && within(median(seen[len(seen)-5:])) {
-			t.Logf("STAT cluster on %s: %s's cluster usage in the last second, readings: %v", n.name, bucket, seen)
+			t.Logf("STAT cluster on %s: %s's cluster usage in the last second, readings: %v (the last by node: %v)",
+				n.name, bucket, seen, byNode[len(byNode)-1])
 			return
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -210,8 +221,8 @@ func (tc *testCluster) wantClusterUsage(t *testing.T, n *clusterNode, bucket str
 		t.Errorf("STAT cluster on %s: no share for %s", n.name, bucket)
 		return
 	}
-	t.Errorf("STAT cluster on %s: %s's cluster usage readings %v: no five in a row with a median within %d ± 15%% units/s",
-		n.name, bucket, seen, want)
+	t.Errorf("STAT cluster on %s: %s's cluster usage readings %v (by node: %v): no five in a row with a median within %d ± 15%% units/s",
+		n.name, bucket, seen, byNode, want)
 }
 
 // testReserved: res (1500 reserved cluster-wide) loaded at 1500/s through

@@ -90,12 +90,13 @@ type clusterStatus struct {
 		Name string `json:"name"`
 	} `json:"members"`
 	Shares []struct {
-		Bucket         string          `json:"bucket"`
-		Reserved       json.RawMessage `json:"reserved"`
-		HardLimit      json.RawMessage `json:"hard_limit"`
-		TotalReserved  json.RawMessage `json:"total_reserved"`
-		TotalHardLimit json.RawMessage `json:"total_hard_limit"`
-		ClusterUsage   int64           `json:"cluster_usage"`
+		Bucket         string           `json:"bucket"`
+		Reserved       json.RawMessage  `json:"reserved"`
+		HardLimit      json.RawMessage  `json:"hard_limit"`
+		TotalReserved  json.RawMessage  `json:"total_reserved"`
+		TotalHardLimit json.RawMessage  `json:"total_hard_limit"`
+		ClusterUsage   int64            `json:"cluster_usage"`
+		NodeUsage      map[string]int64 `json:"node_usage"`
 	} `json:"shares"`
 }
 
