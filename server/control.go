@@ -289,9 +289,9 @@ func (c *conn) canSee(name string) bool {
 	return c.privileged(tenant.PrivStats) || c.canSelect(name)
 }
 
-// textControl answers the text commands that run on the loop, and
-// flush_all, which runs on a worker as FLUSH does. Like binary's control
-// commands they are exempt from ingress admission, and counted.
+// textControl answers the text commands that run on the loop, and on a
+// worker flush_all (as FLUSH does) and the key listings. Like binary's
+// control commands they are exempt from ingress admission, and counted.
 func (c *conn) textControl(cmd *text.Command) {
 	now := c.srv.opts.Now()
 	c.srv.ingress.Release(c.srv.ingress.StartExempt(ingress.Read, nil, now), now)
