@@ -8,27 +8,33 @@ import (
 	"kvd/protocol/translate"
 )
 
-// Dump runs a key listing of the text protocol (translate.Dump: stats
-// cachedump, lru_crawler metadump) over bk's items live at now, appending
-// the reply to out. It reads the whole store: on a worker, and one at a
-// time (engine.ErrDumpBusy: the listing's Busy answer).
+// Dump runs the next chunk of a key listing of the text protocol
+// (translate.Dump: stats cachedump, lru_crawler metadump) over bk's items
+// live at now, appending its lines to out; on a worker. One listing runs at
+// a time on the node (engine.Bucket.Dump): another gets the listing's Busy
+// answer, and so does one whose client stopped reading long enough for
+// another to take its place. An error ends the listing.
 func Dump(bk *catalog.Bucket, d *translate.Dump, now uint32, out []byte) []byte {
-	if !d.Lists() {
-		return d.End(out)
-	}
+	st := bk.Store()
 	start := len(out)
-	err := bk.Store().Dump(now, func(key []byte, it engine.Item) bool {
-		var more bool
-		out, more = d.Item(out, translate.DumpItem{Key: key, Size: len(it.Value), Expiry: it.Expiry,
-			Accessed: it.Accessed, CAS: it.CAS, Fetched: it.Fetched})
-		return more
+	out, err := d.Run(out, func(after []byte, fn func(translate.DumpItem) bool) error {
+		return st.Dump(d, now, after, func(key []byte, it engine.Item) bool {
+			return fn(translate.DumpItem{Key: key, Size: len(it.Value), Expiry: it.Expiry,
+				Accessed: it.Accessed, CAS: it.CAS, Fetched: it.Fetched})
+		})
 	})
 	switch {
 	case errors.Is(err, engine.ErrDumpBusy):
-		return d.Busy(out[:start])
+		out = d.Busy(out)
 	case err != nil:
 		_, reason := StatusOf(err)
-		return append(append(append(out[:start], "SERVER_ERROR "...), reason...), "\r\n"...)
+		out = append(append(append(out[:start], "SERVER_ERROR "...), reason...), "\r\n"...)
 	}
-	return d.End(out)
+	if err != nil {
+		d.Finish()
+	}
+	if d.Finished() {
+		st.EndDump(d)
+	}
+	return out
 }

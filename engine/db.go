@@ -28,8 +28,9 @@ type DB struct {
 	// nanoseconds and above every stored CAS.
 	cas atomic.Uint64
 
-	// dumpMu is held by the Bucket.Dump running (one at a time:
-	// ErrDumpBusy), and by Close before Pebble closes under its iterator.
+	// lister is the key listing running (Bucket.Dump); dumpMu is held by
+	// a chunk of it while it reads, and by Close before Pebble closes.
+	lister lister
 	dumpMu sync.Mutex
 
 	// space refuses mutations before the disk is full; nil if disabled.

@@ -208,7 +208,7 @@ var (
 	// the WAL. Reads continue. Wraps ErrNoSpace too when the cause was
 	// ENOSPC.
 	ErrStorage = errors.New("engine: storage failed, writes disabled until restart")
-	// ErrDumpBusy: another Dump is running; one runs at a time, as
-	// memcached runs one LRU crawl.
+	// ErrDumpBusy: another key listing is running (Bucket.Dump); one runs
+	// at a time, as memcached runs one LRU crawl.
 	ErrDumpBusy = errors.New("engine: another key listing is running")
 )

@@ -9,8 +9,9 @@ import (
 
 // TestDump: a bucket's live items in key order, with size, expiry, CAS and
 // the resident item's fetch state (an item not resident: never read,
-// accessed now); other buckets' items and expired ones are not listed; fn
-// can stop the listing; and a listing started during another is refused.
+// accessed now); other buckets' items and expired ones are not listed; a
+// chunk starts after a key and fn can stop it; and another listing is
+// refused until the first ends.
 func TestDump(t *testing.T) {
 	db := openTest(t, withCache(DefaultItemCacheSize))
 	b, other := newBucketT(t, db, "b"), newBucketT(t, db, "other")
@@ -38,11 +39,9 @@ func TestDump(t *testing.T) {
 		fetched       bool
 	}
 	var got []row
-	err := b.Dump(t0+5, func(key []byte, it Item) bool {
+	mine, theirs := new(int), new(int)
+	err := b.Dump(mine, t0+5, nil, func(key []byte, it Item) bool {
 		got = append(got, row{string(key), len(it.Value), it.Expiry, it.Accessed, it.CAS, it.Fetched})
-		if err := b.Dump(t0+5, func([]byte, Item) bool { return true }); !errors.Is(err, ErrDumpBusy) {
-			t.Errorf("a dump during a dump: %v, want ErrDumpBusy", err)
-		}
 		return true
 	})
 	if err != nil {
@@ -51,9 +50,41 @@ func TestDump(t *testing.T) {
 	if len(got) != 2 || got[0].key != "a" || got[0].atime != t0+5 || got[0].fetched || got[1] != (row{"b", 2, t0 + 100, t0, casB, true}) {
 		t.Fatalf("Dump at t0+5: %+v; want a (not resident: never read, accessed now), then b as stored and read once", got)
 	}
-	n := 0
-	if err := b.Dump(t0+5, func([]byte, Item) bool { n++; return false }); err != nil || n != 1 {
-		t.Fatalf("a Dump whose fn stops at once: %d items, %v", n, err)
+	var keys []string
+	if err := b.Dump(mine, t0+5, []byte("a"), func(k []byte, _ Item) bool { keys = append(keys, string(k)); return false }); err != nil || len(keys) != 1 || keys[0] != "b" {
+		t.Fatalf("the next chunk, after a, stopped at its first item: %q, %v; want b", keys, err)
+	}
+	if err := b.Dump(theirs, t0+5, nil, func([]byte, Item) bool { return true }); !errors.Is(err, ErrDumpBusy) {
+		t.Fatalf("another listing while the first runs: %v, want ErrDumpBusy", err)
+	}
+	b.EndDump(mine)
+	if err := b.Dump(theirs, t0+5, nil, func([]byte, Item) bool { return true }); err != nil {
+		t.Fatalf("another listing after the first ended: %v", err)
+	}
+}
+
+// TestDumpIdleListingGivesWay: a listing that reads no chunk for dumpIdle
+// (its client stopped reading, or left without ending it) gives way to
+// another, and its next chunk gets ErrDumpBusy.
+func TestDumpIdleListingGivesWay(t *testing.T) {
+	now := time.Unix(t0, 0)
+	db := openTest(t, func(o *Options) { o.Now = func() time.Time { return now } })
+	b := newBucketT(t, db, "b")
+	first, second := new(int), new(int)
+	all := func([]byte, Item) bool { return true }
+	if err := b.Dump(first, t0, nil, all); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(dumpIdle - time.Second)
+	if err := b.Dump(second, t0, nil, all); !errors.Is(err, ErrDumpBusy) {
+		t.Fatalf("another listing %v after the first's chunk: %v, want ErrDumpBusy", dumpIdle-time.Second, err)
+	}
+	now = now.Add(time.Second)
+	if err := b.Dump(second, t0, nil, all); err != nil {
+		t.Fatalf("another listing %v after the first's chunk: %v", dumpIdle, err)
+	}
+	if err := b.Dump(first, t0, nil, all); !errors.Is(err, ErrDumpBusy) {
+		t.Fatalf("the first listing's next chunk after it gave way: %v, want ErrDumpBusy", err)
 	}
 }
 
@@ -70,7 +101,7 @@ func TestDumpYields(t *testing.T) {
 	}
 	flushed, closed := make(chan error), make(chan error)
 	listed := 0
-	err := b.Dump(t0, func([]byte, Item) bool {
+	err := b.Dump(new(int), t0, nil, func([]byte, Item) bool {
 		switch listed++; listed {
 		case 1:
 			go func() { flushed <- b.Flush() }()

@@ -306,11 +306,13 @@ func (c *conn) textControl(cmd *text.Command) {
 		c.out = text.AppendNoop(c.out)
 	case text.KindStats:
 		c.textStats(translate.StatsArgs(cmd))
-	case text.KindDump: // stats cachedump, lru_crawler metadump: the store's keys, on a worker
-		d := translate.DumpOf(cmd)
-		c.textJob(func(bk *catalog.Bucket, out []byte) []byte {
+	case text.KindDump: // stats cachedump, lru_crawler metadump: the store's keys, on a worker a chunk at a time
+		d := c.txt.Dump()
+		if !c.textJob(func(bk *catalog.Bucket, out []byte) []byte {
 			return command.Dump(bk, d, uint32(c.srv.opts.Now().Unix()), out)
-		})
+		}) {
+			d.Finish() // no bucket: answered
+		}
 	case text.KindFlushAll:
 		c.textFlush(translate.FlushDelay(cmd), cmd.NoReply)
 	}
@@ -371,16 +373,17 @@ func (c *conn) textFlush(delay uint32, noreply bool) {
 	})
 }
 
-// textJob runs job for the selected bucket on a worker; what it appends
-// to the connection's output goes out in order.
-func (c *conn) textJob(job func(bk *catalog.Bucket, out []byte) []byte) {
+// textJob runs job for the selected bucket on a worker, what it appends going
+// out in order; with none selected it answers why and reports false.
+func (c *conn) textJob(job func(bk *catalog.Bucket, out []byte) []byte) bool {
 	if c.bucket == nil {
 		c.out = text.AppendServerError(c.out, c.noBucketReason())
-		return
+		return false
 	}
 	b := c.srv.work.NewBatch(c, &c.enc, c.bucket)
 	b.Job = func(b *work.Batch) { b.Out = job(b.Bucket, b.Out) }
 	c.startJob(b)
+	return true
 }
 
 // revalidate applies the current users and limits to the connection: a

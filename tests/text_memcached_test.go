@@ -437,7 +437,8 @@ func TestMetaFetchState(t *testing.T) {
 // alone (memcached lists one LRU segment of a slab class, kvd every live
 // item of the connection's bucket in class 1): the ITEM lines with size
 // and absolute expiry, the limit, expired items and binary keys with a
-// space left out, and another tenant's bucket not seen.
+// space left out, and another tenant's bucket not seen; a metadump of
+// more than one chunk.
 func TestStatsCachedump(t *testing.T) {
 	in := []byte("stats cachedump\r\nstats cachedump 1\r\nstats cachedump x 0\r\nstats cachedump 1 -1\r\n" +
 		"stats cachedump 64 0\r\nstats cachedump 0 0\r\nstats cachedump 2 5\r\nstats cachedump 63 0\r\n" +
@@ -504,6 +505,21 @@ func TestStatsCachedump(t *testing.T) {
 	}
 	if line := len("ITEM  [1 b; 0 s]\r\n") + 240; size > 2<<20 || size < 2<<20-line || n >= 9001 {
 		t.Errorf("stats cachedump 1 0 of 9,001 items: %d lines, %d bytes; want as many as fit in 2 MiB", n, size)
+	}
+	// A metadump has no such bound: 2.9 MB, in chunks, then the next command.
+	bob.send("lru_crawler metadump all\r\nmn\r\n")
+	for n = 0; ; n++ {
+		l, err := bob.line(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l == "END" {
+			break
+		}
+	}
+	bob.expect("mn after the metadump", "MN")
+	if n != 9001 {
+		t.Errorf("lru_crawler metadump all of 9,001 items: %d lines", n)
 	}
 }
 

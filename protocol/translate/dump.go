@@ -3,19 +3,19 @@ package translate
 import (
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"kvd/protocol/text"
 )
 
 // Memcached's key listings: stats cachedump's slab classes
 // (MAX_NUMBER_OF_SLAB_CLASSES, the smallest being 1) and the size of one
-// cachedump reply (item_cachedump's memlimit).
-// metadumpMaxBytes bounds one metadump reply, which memcached streams
-// without a bound: kvd builds a reply whole before it is sent.
+// cachedump reply (item_cachedump's memlimit); and the lines of one chunk
+// of a listing (Run).
 const (
-	dumpClasses      = 64
-	dumpMaxBytes     = 2 << 20
-	metadumpMaxBytes = 16 << 20
+	dumpClasses  = 64
+	dumpMaxBytes = 2 << 20
+	dumpChunk    = 256 << 10
 )
 
 // A Dump is one of the key listings of memcached's text protocol, parsed
@@ -23,20 +23,25 @@ const (
 // answers "ITEM <key> [<bytes> b; <expiry> s]" lines up to limit (0: all)
 // and under 2 MiB; "lru_crawler metadump <all|hash|class,…>" answers
 // "key=<uri-encoded key> exp=… la=… cas=… fetch=yes|no cls=1 size=…" lines
-// (ending in "\n" alone, as memcached's). Both end with END. kvd has no slab
-// classes: every item is in class 1 (as me says), and the other classes
-// are empty. The listing's caller feeds it the items (Item), then ends it
-// (End); a refused one lists nothing and End answers the refusal. A
-// metadump stops before 16 MiB: its reply then ends with a SERVER_ERROR
-// line saying so, before END (what memcached-tool reads up to).
+// (ending in "\n" alone, as memcached's) without a bound. Both end with
+// END. kvd has no slab classes: every item is in class 1 (as me says), and
+// the other classes are empty. A refused one lists nothing and answers the
+// refusal.
+//
+// A listing runs a chunk at a time (Run), each on a worker, the session
+// taking the command up again for the next once the connection's output
+// has room (Session.Next), until Finished.
 type Dump struct {
-	meta    bool   // metadump
-	all     bool   // class 1 is asked for: every item
-	limit   uint64 // cachedump's (0: none)
-	shown   uint64
-	bytes   int    // the reply so far
-	full    bool   // a metadump stopped at metadumpMaxBytes
-	refusal string // memcached's answer to a malformed request
+	meta     bool   // metadump
+	all      bool   // class 1 is asked for: every item
+	limit    uint64 // cachedump's (0: none)
+	shown    uint64
+	bytes    int    // the reply so far
+	chunk    int    // this chunk's lines
+	complete bool   // no more lines: the limit or the size reached
+	after    []byte // the last key listed or passed over
+	refusal  string // memcached's answer to a malformed request
+	finished atomic.Bool
 }
 
 // DumpItem is what a listing shows of one live item.
@@ -105,38 +110,69 @@ func metadumpOf(args []string) *Dump {
 	return d
 }
 
-// Lists reports whether the listing wants items at all: its classes hold
-// some and it was not refused.
-func (d *Dump) Lists() bool { return d.all && d.refusal == "" }
+// Run lists the next chunk of the listing through scan, appending its
+// lines to dst, and at the listing's end its last line too (END, or the
+// refusal), after which Finished reports true. scan calls fn with the live
+// items whose keys come after the one it is given (nil: from the first),
+// in key order, until fn returns false. An error from scan ends nothing:
+// the caller answers it and calls Finish.
+func (d *Dump) Run(dst []byte, scan func(after []byte, fn func(DumpItem) bool) error) ([]byte, error) {
+	d.chunk = 0
+	if d.all && d.refusal == "" {
+		stopped := false
+		err := scan(d.after, func(it DumpItem) bool {
+			var more bool
+			dst, more = d.item(dst, it)
+			stopped = !more
+			return more
+		})
+		if err != nil {
+			return dst, err
+		}
+		if stopped && !d.complete {
+			return dst, nil // the chunk is full: more to come
+		}
+	}
+	d.Finish()
+	return d.end(dst), nil
+}
 
-// Item appends it to dst and reports whether the listing wants more.
-// Like memcached, cachedump leaves out keys that would not read as one
-// token (binary protocol keys with a space or control byte), which
-// metadump's URI encoding shows.
-func (d *Dump) Item(dst []byte, it DumpItem) ([]byte, bool) {
+// Finish ends the listing (Finished reports true).
+func (d *Dump) Finish() { d.finished.Store(true) }
+
+// Finished reports whether the listing's last chunk has run. It may be
+// read while a chunk runs.
+func (d *Dump) Finished() bool { return d.finished.Load() }
+
+// item appends it to dst and reports whether the chunk wants more. Like
+// memcached, cachedump leaves out keys that would not read as one token
+// (binary protocol keys with a space or control byte), which metadump's
+// URI encoding shows.
+func (d *Dump) item(dst []byte, it DumpItem) ([]byte, bool) {
+	d.after = append(d.after[:0], it.Key...)
 	start := len(dst)
 	if d.meta {
-		if dst = appendMetadumpItem(dst, it); d.bytes+len(dst)-start > metadumpMaxBytes {
-			d.full = true
+		dst = appendMetadumpItem(dst, it)
+	} else {
+		for _, c := range it.Key {
+			if c <= ' ' || c == 0x7f {
+				return dst, true
+			}
+		}
+		dst = append(append(append(dst, "ITEM "...), it.Key...), " ["...)
+		dst = append(strconv.AppendInt(dst, int64(it.Size), 10), " b; "...)
+		dst = append(strconv.AppendUint(dst, uint64(it.Expiry), 10), " s]\r\n"...)
+		if d.bytes+len(dst)-start+len("END\r\n") > dumpMaxBytes {
+			d.complete = true
 			return dst[:start], false
 		}
-		d.bytes += len(dst) - start
-		return dst, true
-	}
-	for _, c := range it.Key {
-		if c <= ' ' || c == 0x7f {
-			return dst, true
+		if d.shown++; d.limit != 0 && d.shown >= d.limit {
+			d.complete = true
 		}
 	}
-	dst = append(append(append(dst, "ITEM "...), it.Key...), " ["...)
-	dst = append(strconv.AppendInt(dst, int64(it.Size), 10), " b; "...)
-	dst = append(strconv.AppendUint(dst, uint64(it.Expiry), 10), " s]\r\n"...)
-	if d.bytes+len(dst)-start+len("END\r\n") > dumpMaxBytes {
-		return dst[:start], false
-	}
 	d.bytes += len(dst) - start
-	d.shown++
-	return dst, d.limit == 0 || d.shown < d.limit
+	d.chunk += len(dst) - start
+	return dst, !d.complete && d.chunk < dumpChunk
 }
 
 // appendMetadumpItem is memcached's crawler_metadump_eval line.
@@ -165,7 +201,7 @@ func appendMetadumpItem(dst []byte, it DumpItem) []byte {
 	return append(dst, '\n')
 }
 
-// Busy appends the answer to a listing that could not start because
+// Busy appends the answer to a listing that could not go on because
 // another is running: memcached's for a metadump (one crawl at a time).
 func (d *Dump) Busy(dst []byte) []byte {
 	if d.meta {
@@ -174,15 +210,10 @@ func (d *Dump) Busy(dst []byte) []byte {
 	return append(dst, "SERVER_ERROR another key listing is running: try again\r\n"...)
 }
 
-// End appends the listing's end: END, or the refusal.
-func (d *Dump) End(dst []byte) []byte {
-	switch {
-	case d.refusal != "":
+// end appends the listing's last line: END, or the refusal.
+func (d *Dump) end(dst []byte) []byte {
+	if d.refusal != "" {
 		return append(dst, d.refusal...)
-	case d.full:
-		dst = append(dst, "SERVER_ERROR metadump stopped at "...)
-		dst = strconv.AppendInt(dst, metadumpMaxBytes, 10)
-		dst = append(dst, " bytes: kvd does not list more in one reply\r\n"...)
 	}
 	return append(dst, "END\r\n"...)
 }

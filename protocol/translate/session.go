@@ -85,6 +85,7 @@ type Session struct {
 	held   held                    // a refused command, answered by Next
 	aux    []byte                  // opaque and raw key of a reply answered on the loop
 	multi  multiGet                // the multi-get being carried out
+	dump   *Dump                   // the key listing being carried out, across its chunks
 }
 
 // multiGet is where a multi-get is: its keys are taken from its line one at
@@ -228,6 +229,9 @@ func (s *Session) Next() Step {
 	if cmd.Kind.Retrieval() {
 		return s.nextKey()
 	}
+	if cmd.Kind == text.KindDump {
+		return s.nextDump()
+	}
 	if s.step > 0 {
 		s.step = 0
 		return Done
@@ -313,6 +317,24 @@ func (s *Session) Reply(dst *Reply, aux *[]byte) {
 	no := len(m.Opaque)
 	m.Opaque, m.RawKey = (*aux)[:no:no], (*aux)[no:]
 }
+
+// nextDump is a key listing's next step: Control (the server runs its
+// next chunk, Dump) until its last chunk has run. The server takes the
+// command up again after each chunk (it does not discard its line while
+// Next returns Control), so the listing outlives a Decode of its line.
+func (s *Session) nextDump() Step {
+	switch {
+	case s.dump == nil:
+		s.dump = DumpOf(&s.cmd)
+	case s.dump.Finished():
+		s.dump, s.step = nil, 0
+		return Done
+	}
+	return Control
+}
+
+// Dump is the key listing of the command Next last returned Control for.
+func (s *Session) Dump() *Dump { return s.dump }
 
 // Current is the reply needs of the request being admitted, which Reply
 // copies out; nil for a nil Session (a binary connection has none).
