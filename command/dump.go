@@ -28,10 +28,7 @@ func Dump(bk *catalog.Bucket, d *translate.Dump, now uint32, out []byte) []byte 
 		out = d.Busy(out)
 	case err != nil:
 		_, reason := StatusOf(err)
-		out = append(append(append(out[:start], "SERVER_ERROR "...), reason...), "\r\n"...)
-	}
-	if err != nil {
-		d.Finish()
+		out = d.Fail(out[:start], reason)
 	}
 	if d.Finished() {
 		st.EndDump(d)

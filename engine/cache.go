@@ -138,27 +138,31 @@ func (e *cacheEntry) bump(now uint32) {
 // fetchStateOf returns the resident item's fetch state; ok is false when
 // it is not resident.
 func (c *itemCache) fetchStateOf(id uint32, key []byte) (f fetchState, ok bool) {
+	ok = c.entry(id, key, func(e *cacheEntry) { f = e.fetchState() })
+	return f, ok
+}
+
+// entry calls fn with key's resident entry under its shard's lock, and
+// reports whether there is one.
+func (c *itemCache) entry(id uint32, key []byte, fn func(e *cacheEntry)) bool {
 	h := c.hash(id, key)
 	s := c.shard(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i, ok := s.findLocked(h, id, key); ok {
-		return s.slots[i].fetchState(), true
+	i, ok := s.findLocked(h, id, key)
+	if ok {
+		fn(&s.slots[i])
 	}
-	return fetchState{}, false
+	return ok
 }
 
 // bump records a read at now of the item, if it is resident and live.
 func (c *itemCache) bump(id uint32, key []byte, now uint32) {
-	h := c.hash(id, key)
-	s := c.shard(h)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if i, ok := s.findLocked(h, id, key); ok {
-		if e := &s.slots[i]; e.expiry == 0 || e.expiry > now {
+	c.entry(id, key, func(e *cacheEntry) {
+		if e.expiry == 0 || e.expiry > now {
 			e.bump(now)
 		}
-	}
+	})
 }
 
 // access is what a mutation does to the item's fetchState: a new item

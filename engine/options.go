@@ -97,8 +97,9 @@ type Options struct {
 	MaxOpenFiles int
 	// Logger receives engine and Pebble logs. Default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock the sweeper and the rate limit of Pebble's
-	// background error logs use (and nothing else). Default time.Now.
+	// Now is the clock the sweeper, the rate limit of Pebble's background
+	// error logs and a key listing's idle time (Bucket.Dump) use, and
+	// nothing else. Default time.Now.
 	Now func() time.Time
 
 	// fs replaces Pebble's filesystem; set by tests only.

@@ -115,7 +115,7 @@ func metadumpOf(args []string) *Dump {
 // refusal), after which Finished reports true. scan calls fn with the live
 // items whose keys come after the one it is given (nil: from the first),
 // in key order, until fn returns false. An error from scan ends nothing:
-// the caller answers it and calls Finish.
+// the caller answers it (Busy, Fail), which ends the listing.
 func (d *Dump) Run(dst []byte, scan func(after []byte, fn func(DumpItem) bool) error) ([]byte, error) {
 	d.chunk = 0
 	if d.all && d.refusal == "" {
@@ -201,13 +201,20 @@ func appendMetadumpItem(dst []byte, it DumpItem) []byte {
 	return append(dst, '\n')
 }
 
-// Busy appends the answer to a listing that could not go on because
-// another is running: memcached's for a metadump (one crawl at a time).
+// Busy ends a listing that could not go on because another is running,
+// appending its answer: memcached's for a metadump (one crawl at a time).
 func (d *Dump) Busy(dst []byte) []byte {
+	d.Finish()
 	if d.meta {
 		return append(dst, "BUSY currently processing crawler request\r\n"...)
 	}
 	return append(dst, "SERVER_ERROR another key listing is running: try again\r\n"...)
+}
+
+// Fail ends a listing that failed, appending SERVER_ERROR with reason.
+func (d *Dump) Fail(dst []byte, reason string) []byte {
+	d.Finish()
+	return text.AppendServerError(dst, reason)
 }
 
 // end appends the listing's last line: END, or the refusal.
