@@ -590,6 +590,7 @@ func TestLRUCrawlerMetadump(t *testing.T) {
 		}
 	}
 	kc.call("an empty class", "lru_crawler metadump 2,3\r\n", "END")
+	listingWithoutBucket(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -606,5 +607,26 @@ func TestLRUCrawlerMetadump(t *testing.T) {
 	if out, _ := texttest.Ask(t, target, in, true); !bytes.HasSuffix(out,
 		[]byte("VALUE a%b 0 1\r\nx\r\nVALUE e 7 2\r\nxy\r\nEND\r\n"+texttest.SentinelReply)) {
 		t.Fatalf("memcached-tool dump of kvd, replayed into memcached, then get a%%b e: %q", out)
+	}
+}
+
+// listingWithoutBucket: a listing on a connection whose bucket was deleted,
+// or that has none (its user's buckets do not exist), is answered with the
+// reason, once, and the connection goes on.
+func listingWithoutBucket(t *testing.T) {
+	k := startKVD(t, textAuthConfig(true))
+	alice := textLogin(t, k.Addr, "alice", "alice-pw") // bucket alice
+	admin := login(t, k.Addr, "admin", "admin-pw", "")
+	admin.expectStatus("DELETE_BUCKET alice", reqWith(mc.OpDeleteBucket, 1, nil, "alice", ""), mc.StatusOK)
+	none := textLogin(t, startKVD(t, `{"buckets": [{"name": "app"}],
+	  "users": [{"name": "nob", "password": "nob-pw", "buckets": ["missing"]}]}`).Addr, "nob", "nob-pw")
+	for what, c := range map[string]*textClient{"a deleted bucket": alice, "no bucket": none} {
+		for _, cmd := range []string{"lru_crawler metadump all", "stats cachedump 1 0"} {
+			c.send(cmd + "\r\nmn\r\n")
+			if l, err := c.line(10 * time.Second); err != nil || !strings.HasPrefix(l, "SERVER_ERROR ") {
+				t.Fatalf("%s in %s: %q, %v; want SERVER_ERROR with the reason", cmd, what, l, err)
+			}
+			c.expect(cmd+" in "+what+", then mn", "MN")
+		}
 	}
 }
