@@ -2,8 +2,9 @@
 # cluster_uneven.sh: the cluster's hard-limit accuracy under uneven load.
 # Three kvd nodes and Debian's etcd on loopback; bucket "lim" has a
 # cluster-wide hard limit of 3000 units/s. Node 1's clients are paced at
-# --light ops/s (1-RU GETs), nodes 2 and 3's are not paced; the three
-# kvbench runs go at once for --duration. Prints each node's ops/s and the
+# --light ops/s (1-RU GETs), nodes 2 and 3's are not paced; the key space
+# is preloaded first, then the three kvbench runs go at once (3 s of
+# warm-up, then --duration measured). Prints each node's ops/s and the
 # total, N rounds; with --bin OTHER, each round runs OTHER too (A/B).
 #
 #   bench/cluster_uneven.sh [--rounds 3] [--duration 20s] [--light 750] [--bin /path/to/other/kvd]
@@ -49,9 +50,16 @@ run() { # $1 = kvd binary, $2 = label
 		PIDS+=($!); waitport "$p"; eval "P$i=$p"
 	done
 	sleep 2
-	"$TMP/kvbench" --addr "127.0.0.1:$P1" --bucket "lim:2:$LIGHT,user=app,password=app-pw,mix=100:0" --duration "$DUR" --preload >"$d/b1.out" 2>&1 & b+=($!)
-	"$TMP/kvbench" --addr "127.0.0.1:$P2" --bucket "lim:2,user=app,password=app-pw,mix=100:0" --duration "$DUR" --preload >"$d/b2.out" 2>&1 & b+=($!)
-	"$TMP/kvbench" --addr "127.0.0.1:$P3" --bucket "lim:2,user=app,password=app-pw,mix=100:0" --duration "$DUR" --preload >"$d/b3.out" 2>&1 & b+=($!)
+	# The key space is stored once, before any measurement: preloads run
+	# beside the other nodes' windows would spend the bucket's limit in
+	# them, and each window would start when its own preload ended.
+	"$TMP/kvbench" --addr "127.0.0.1:$P1" --bucket "lim:2,user=app,password=app-pw,mix=100:0" --preload \
+		--warmup 0 --duration 1s >"$d/preload.out" 2>&1
+	# The three windows start together (3 s of warm-up each, for the
+	# cluster to split the limit by the new demand) and last --duration.
+	"$TMP/kvbench" --addr "127.0.0.1:$P1" --bucket "lim:2:$LIGHT,user=app,password=app-pw,mix=100:0" --warmup 3s --duration "$DUR" >"$d/b1.out" 2>&1 & b+=($!)
+	"$TMP/kvbench" --addr "127.0.0.1:$P2" --bucket "lim:2,user=app,password=app-pw,mix=100:0" --warmup 3s --duration "$DUR" >"$d/b2.out" 2>&1 & b+=($!)
+	"$TMP/kvbench" --addr "127.0.0.1:$P3" --bucket "lim:2,user=app,password=app-pw,mix=100:0" --warmup 3s --duration "$DUR" >"$d/b3.out" 2>&1 & b+=($!)
 	wait "${b[@]}"
 	printf '%-8s' "$2"
 	for i in 1 2 3; do

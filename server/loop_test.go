@@ -314,10 +314,16 @@ func TestLoopClosedInsideWrite(t *testing.T) {
 // BenchmarkResidentGet: the loop's own work for one GET of a resident 1 KiB
 // item: decoding, admission (throttle, deadline gate, ingress ticket), the
 // item cache, the reply and the latency record, without gnet's syscalls (a
-// fake connection) and with the real clock.
+// fake connection) and with the real clock. The bucket is throttled as in
+// bench/compare.sh (reserved 0, a node capacity never reached), so that the
+// throttle's check goes through the free pool's figures, as it does for a
+// bucket that has used its reservation.
 func BenchmarkResidentGet(b *testing.B) {
 	const key = "key:0000000000000000000000000000000000000000000000000000000000" // 64 bytes, as memcaslap's
-	s := newLoopServer(b, newClock(), func(o *Options) { o.Now = clock.Now })
+	s := newLoopServer(b, newClock(), func(o *Options) {
+		o.Now, o.NodeCapacity = clock.Now, 1_000_000_000
+		o.Buckets[0].Settings = tenant.Settings{Reserved: 0, HardLimit: tenant.Unlimited}
+	})
 	c, f := s.openFake(b)
 	f.send(set(1, key, strings.Repeat("v", 1024)))
 	c.onTraffic()

@@ -67,11 +67,20 @@ func TestNetworkMemoryBudget(t *testing.T) {
 	}
 	const budget = 64 << 20
 	metrics := freeAddr(t)
+	// A node capacity no load here reaches: at the default 25,000 units/s
+	// the throttle would hold the readers to about 97 GETs of 1 MiB a
+	// second, and kvd would be measured throttled beside an unthrottled
+	// memcached.
 	k := startKVD(t, configWith(t, `{"anonymous_bucket": "default", "buckets": [{"name": "default"}]}`,
-		map[string]any{"max_buffer_bytes": budget, "idle_timeout_ms": 120000,
+		map[string]any{"max_buffer_bytes": budget, "idle_timeout_ms": 120000, "node_capacity": 1_000_000_000,
 			"max_connections_per_bucket": 20000}), "--metrics-listen", metrics) // thousands of anonymous connections
 	got := runMemLoad(t, k.Addr, k.cmd.Process.Pid, load, func() bool { return k.Alive() })
 	t.Logf("kvd (max_buffer_bytes %d MiB): %v", budget>>20, got)
+	c := dialRaw(t, k.Addr)
+	if n := bucketDetails(t, c, "default")["num_throttled"]; n != 0 {
+		t.Errorf("the throttle held the load %v times: the figures are the throttle's, not the budget's", n)
+	}
+	c.nc.Close()
 	memPauses, outPauses := generalStat(t, k.Addr, "conn_pauses_memory"), generalStat(t, k.Addr, "conn_pauses_output")
 	t.Logf("kvd STAT: buffer_bytes %d, conn_pauses_memory %d, conn_pauses_output %d, conns_closed_memory %d",
 		generalStat(t, k.Addr, "buffer_bytes"), memPauses, outPauses, generalStat(t, k.Addr, "conns_closed_memory"))
@@ -331,35 +340,56 @@ func idleAfterLargeGets(t *testing.T, addr string, pid, binaryConns, textConns i
 // 16 MiB budget, and close; a client that closes with commands kvd has not
 // read sends its FIN behind them, so kvd cannot see it leave while the
 // connection is paused. Within 20 s kvd holds nothing and has no connection
-// left but the one asking. (Closing one connection a second as the last
-// resort, with no paused connection let go while the node sat at 3/4 of
-// its budget, left hundreds open for minutes.)
+// left but the one asking. Two shapes:
+//   - unthrottled: each connection runs a GET before the node is past the
+//     budget or before its own replies reach 64 KiB, so the node goes past
+//     twice the budget (115 MiB in one run) and the last resort closes the
+//     largest at once;
+//   - throttled (node_capacity 25,000 units/s, a GET of 1 MiB 257 units):
+//     the node stays under twice the budget, over 3/4 of it with every
+//     connection paused, and the last resort acts after its 5 s. (Closing
+//     one connection a second then, with no paused connection let go while
+//     the node sat at 3/4 of its budget, left hundreds open for minutes.)
 func TestReadersThatLeaveAreClosed(t *testing.T) {
 	const budget, readers = 16 << 20, 400
-	k := startKVD(t, configWith(t, `{"anonymous_bucket": "default", "buckets": [{"name": "default"}]}`,
-		map[string]any{"max_buffer_bytes": budget, "idle_timeout_ms": 120000}), "--metrics-listen", freeAddr(t))
-	setup := dialRaw(t, k.Addr)
-	setup.expectStatus("SET big", reqWith(mc.OpSet, 1, mc.AppendSetExtras(nil, 0, 0), "big", strings.Repeat("V", 1<<20)), mc.StatusOK)
-	_ = setup.nc.Close()
-	conns := openHostile(t, k.Addr, memLoad{readers: readers})
-	held := generalStat(t, k.Addr, "buffer_bytes")
-	t.Logf("%d readers: kvd holds %d MiB (budget %d MiB), %d connections paused for memory so far",
-		len(conns), held>>20, budget>>20, generalStat(t, k.Addr, "conn_pauses_memory"))
-	for _, c := range conns {
-		_ = c.Close()
-	}
-	start := time.Now()
-	for {
-		held, open := generalStat(t, k.Addr, "buffer_bytes"), generalStat(t, k.Addr, "curr_connections")
-		if held == 0 && open <= 1 {
-			t.Logf("all closed %v after the clients left; conns_closed_memory %d", time.Since(start).Round(100*time.Millisecond),
-				generalStat(t, k.Addr, "conns_closed_memory"))
-			return
-		}
-		if time.Since(start) > 20*time.Second {
-			t.Fatalf("20 s after the clients left kvd still holds %d bytes in %d connections", held, open-1)
-		}
-		time.Sleep(200 * time.Millisecond)
+	for _, shape := range []struct {
+		name      string
+		capacity  int
+		throttled bool
+	}{{"unthrottled", 1_000_000_000, false}, {"throttled", 25_000, true}} {
+		t.Run(shape.name, func(t *testing.T) {
+			k := startKVD(t, configWith(t, `{"anonymous_bucket": "default", "buckets": [{"name": "default"}]}`,
+				map[string]any{"max_buffer_bytes": budget, "idle_timeout_ms": 120000, "node_capacity": shape.capacity}),
+				"--metrics-listen", freeAddr(t))
+			setup := dialRaw(t, k.Addr)
+			setup.expectStatus("SET big", reqWith(mc.OpSet, 1, mc.AppendSetExtras(nil, 0, 0), "big", strings.Repeat("V", 1<<20)), mc.StatusOK)
+			_ = setup.nc.Close()
+			conns := openHostile(t, k.Addr, memLoad{readers: readers})
+			held := generalStat(t, k.Addr, "buffer_bytes")
+			t.Logf("%d readers: kvd holds %d MiB (budget %d MiB), %d connections paused for memory so far",
+				len(conns), held>>20, budget>>20, generalStat(t, k.Addr, "conn_pauses_memory"))
+			for _, c := range conns {
+				_ = c.Close()
+			}
+			start := time.Now()
+			for {
+				held, open := generalStat(t, k.Addr, "buffer_bytes"), generalStat(t, k.Addr, "curr_connections")
+				if held == 0 && open <= 1 {
+					t.Logf("all closed %v after the clients left; conns_closed_memory %d", time.Since(start).Round(100*time.Millisecond),
+						generalStat(t, k.Addr, "conns_closed_memory"))
+					break
+				}
+				if time.Since(start) > 20*time.Second {
+					t.Fatalf("20 s after the clients left kvd still holds %d bytes in %d connections", held, open-1)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			c := dialRaw(t, k.Addr)
+			defer c.nc.Close()
+			if n := bucketDetails(t, c, "default")["num_throttled"]; (n > 0) != shape.throttled {
+				t.Errorf("num_throttled %v: want it %s", n, map[bool]string{true: "above 0", false: "0"}[shape.throttled])
+			}
+		})
 	}
 }
 
