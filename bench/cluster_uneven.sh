@@ -50,11 +50,16 @@ run() { # $1 = kvd binary, $2 = label
 		PIDS+=($!); waitport "$p"; eval "P$i=$p"
 	done
 	sleep 2
-	# The key space is stored once, before any measurement: preloads run
-	# beside the other nodes' windows would spend the bucket's limit in
-	# them, and each window would start when its own preload ended.
-	"$TMP/kvbench" --addr "127.0.0.1:$P1" --bucket "lim:2,user=app,password=app-pw,mix=100:0" --preload \
-		--warmup 0 --duration 1s >"$d/preload.out" 2>&1
+	# Each node's store (nodes share limits, not data) is loaded before
+	# any measurement: preloads run beside the other nodes' windows would
+	# spend the bucket's limit in them, and each window would start when
+	# its own preload ended.
+	for i in 1 2 3; do
+		eval "p=\$P$i"
+		"$TMP/kvbench" --addr "127.0.0.1:$p" --bucket "lim:2,user=app,password=app-pw,mix=100:0" --preload \
+			--warmup 0 --duration 1s >"$d/preload$i.out" 2>&1 & b+=($!)
+	done
+	wait "${b[@]}"; b=()
 	# The three windows start together (3 s of warm-up each, for the
 	# cluster to split the limit by the new demand) and last --duration.
 	"$TMP/kvbench" --addr "127.0.0.1:$P1" --bucket "lim:2:$LIGHT,user=app,password=app-pw,mix=100:0" --warmup 3s --duration "$DUR" >"$d/b1.out" 2>&1 & b+=($!)
