@@ -4,11 +4,15 @@
 # kvd_config SYNC [EXTRA [BUCKET_EXTRA]]: the benchmarks' kvd config, on
 # stdout: an anonymous bucket, throttling on (reserved 0) but not binding
 # (node capacity 10^9 units/s). EXTRA is config fields ending in a comma;
-# BUCKET_EXTRA bucket fields starting with one.
+# BUCKET_EXTRA bucket fields starting with one. A BUCKET_EXTRA that names
+# "reserved" replaces the default (e.g. ', "reserved": "unlimited"': the
+# throttle's check returns at its first test, as for throttling off).
 kvd_config() {
+	local reserved=', "reserved": 0'
+	case "${3:-}" in *'"reserved"'*) reserved='' ;; esac
 	cat <<EOF_CONFIG
 { ${2:-} "node_capacity": 1000000000, "wal_sync": $1, "anonymous_bucket": "default",
-  "max_connections_per_bucket": 10000, "buckets": [{"name": "default", "reserved": 0 ${3:-}}] }
+  "max_connections_per_bucket": 10000, "buckets": [{"name": "default"$reserved ${3:-}}] }
 EOF_CONFIG
 }
 
