@@ -288,8 +288,8 @@ func (tc *testCluster) testKill(t *testing.T) {
 }
 
 // testEtcdOutage: etcd killed for 30 s under load: every node serves, the
-// cluster stays within 3000 + 5%; after etcd returns, every node is up and
-// the split follows the demand again within 5 s.
+// cluster stays within 3000 + 5%; after etcd returns, every node is up
+// within 5 s, and when n1's load stops its share goes to the others.
 func (tc *testCluster) testEtcdOutage(t *testing.T) {
 	ls := loads{tc.loadHL(t, 0, 1), tc.loadHL(t, 1, 4), tc.loadHL(t, 2, 8)}
 	time.Sleep(2 * time.Second)
@@ -330,5 +330,20 @@ func (tc *testCluster) testEtcdOutage(t *testing.T) {
 	tc.wantMetric(t, tc.nodes[0], "kvd_cluster_etcd_up", 1, 1)
 	rate, each = ls.rate(3 * time.Second)
 	t.Logf("after etcd's return, 3 s: %.0f GETs/s (by node %.0f)", rate, each)
+	// The split follows the demand again, not the outage's static thirds
+	// (which the sum above would accept): n1's load stops, and its share
+	// goes to the two nodes that still ask.
+	ls[0].Stop()
+	d = within(t, 8*time.Second, "the split follows the demand after etcd's return", func() (bool, string) {
+		shares, seen := make([]int, len(admins)), ""
+		for i, c := range admins {
+			st := c.clusterStat()
+			_, h, _, _ := st.share("hl")
+			shares[i], _ = strconv.Atoi(h)
+			seen += fmt.Sprintf("%s: hard share %s; ", st.Node, h)
+		}
+		return shares[0] <= 500 && shares[1]+shares[2] >= 2400, seen
+	})
+	t.Logf("n1 idle after etcd's return: its share went to the others after %v", d)
 	ls.stop()
 }

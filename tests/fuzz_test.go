@@ -173,6 +173,13 @@ func TestFuzzConnections(t *testing.T) {
 		}
 	}
 	f.report(dur, rss)
+	// The model judges what kvd executed; a refusal (throttle, queue,
+	// deadline, memory) is accepted unchecked. A kvd that refused most data
+	// commands would report no mismatch: require checks, and refusals the
+	// minority.
+	if checked, refused := f.checked.Load(), f.refusals.Load(); checked < 1000 || refused > checked/4 {
+		t.Errorf("%d model checks and %d data refusals: the run checked too little of what kvd did", checked, refused)
+	}
 	f.k.Stop() // must exit 0
 }
 

@@ -451,6 +451,9 @@ func TestIngressNoLeak(t *testing.T) {
 		}
 	}
 	t.Logf("ingress: %d started, %d queued, %d canceled", s["ingress_started"], s["ingress_added_to_queue"], s["ingress_canceled"])
+	if s["ingress_added_to_queue"] == 0 || s["ingress_canceled"] == 0 {
+		t.Errorf("%d commands queued and %d canceled: the churn did not reach the queue's paths", s["ingress_added_to_queue"], s["ingress_canceled"])
+	}
 	waitGoroutines(t, metrics, baseline)
 }
 

@@ -163,8 +163,8 @@ func runMemLoad(t *testing.T, addr string, pid int, load memLoad, alive func() b
 	go func() {
 		defer close(sampled)
 		for {
-			if kb := int64(rssKB(t, pid)); kb > peak.Load() {
-				peak.Store(kb)
+			if kb, err := readRSS(pid); err == nil && int64(kb) > peak.Load() { // a server gone is the caller's alive check
+				peak.Store(int64(kb))
 			}
 			select {
 			case <-stopSample:
@@ -375,8 +375,14 @@ func TestReadersThatLeaveAreClosed(t *testing.T) {
 			for {
 				held, open := generalStat(t, k.Addr, "buffer_bytes"), generalStat(t, k.Addr, "curr_connections")
 				if held == 0 && open <= 1 {
-					t.Logf("all closed %v after the clients left; conns_closed_memory %d", time.Since(start).Round(100*time.Millisecond),
-						generalStat(t, k.Addr, "conns_closed_memory"))
+					took, closed := time.Since(start), generalStat(t, k.Addr, "conns_closed_memory")
+					t.Logf("all closed %v after the clients left; conns_closed_memory %d", took.Round(100*time.Millisecond), closed)
+					if closed == 0 {
+						t.Errorf("no connection closed for memory: they went some other way")
+					}
+					if !shape.throttled && took > 3*time.Second {
+						t.Errorf("closed %v after the clients left: over twice the budget the last resort acts at once", took)
+					}
 					break
 				}
 				if time.Since(start) > 20*time.Second {
@@ -407,7 +413,8 @@ func TestReadersThatLeaveAreClosed(t *testing.T) {
 func TestPausedConnectionsServeWhatTheyHold(t *testing.T) {
 	const budget, clients, pairs = 64 << 20, 48, 5
 	k := startKVD(t, configWith(t, `{"anonymous_bucket": "default", "buckets": [{"name": "default"}]}`,
-		map[string]any{"max_buffer_bytes": budget, "item_cache_bytes": -1, "max_inflight_bytes": 0, "wal_sync": false}))
+		map[string]any{"max_buffer_bytes": budget, "item_cache_bytes": -1, "max_inflight_bytes": 0, "wal_sync": false,
+			"node_capacity": 1_000_000_000})) // unthrottled: at 25,000 units/s the throttle, not the budget, paced the clients
 	value := strings.Repeat("v", 1<<20)
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
@@ -460,6 +467,14 @@ func TestPausedConnectionsServeWhatTheyHold(t *testing.T) {
 		generalStat(t, k.Addr, "conns_closed_memory"))
 	if n := generalStat(t, k.Addr, "conns_closed_memory"); n != 0 {
 		t.Errorf("%d connections closed for memory", n)
+	}
+	if generalStat(t, k.Addr, "conn_pauses_memory") == 0 {
+		t.Errorf("no connection was paused for memory: the load did not test what it is for")
+	}
+	c := dialRaw(t, k.Addr)
+	defer c.nc.Close()
+	if n := bucketDetails(t, c, "default")["num_throttled"]; n != 0 {
+		t.Errorf("the throttle held the clients %v times", n)
 	}
 }
 

@@ -90,8 +90,12 @@ func TestTextHostileGolden(t *testing.T) {
 
 // goldenCASLiterals are the transcripts whose input names a CAS value
 // memcached assigned (1, 2, …): kvd's CAS values are its own, so such an
-// input means something else to it. The seeded differential test covers
-// CAS through replies instead.
+// input means something else to it. The seeded differential test compares
+// CAS values only as replies show them (texttest.NormalizeCAS) and its
+// cas/ms C/md C name values neither server has assigned, so it compares
+// the refusals (EXISTS, NOT_FOUND) only; a CAS that matches is exercised by
+// real clients instead: gomemcache's CompareAndSwap (TestTextGomemcache)
+// and pymemcache's cas (TestTextPymemcache), with the stale CAS refused.
 var goldenCASLiterals = map[string]string{
 	"cas":      "cas a 0 0 1 1 names memcached's first CAS",
 	"ms forms": "ms k 2 C1 names memcached's first CAS",
@@ -207,21 +211,34 @@ func TestTextHostileServer(t *testing.T) {
 	})
 }
 
-// rssKB is a process's resident set in KiB (Linux).
+// rssKB is a process's resident set in KiB (Linux). It skips where there
+// is no /proc, and fails when the process is gone (a server that died is a
+// failure, not a skip). Call it on the test's goroutine; readRSS is the
+// form for others.
 func rssKB(t *testing.T, pid int) int {
 	t.Helper()
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	kb, err := readRSS(pid)
+	if err != nil {
+		t.Fatalf("RSS of process %d: %v", pid, err)
+	}
+	return kb
+}
+
+// readRSS reads a process's VmRSS in KiB from /proc.
+func readRSS(pid int) (int, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		t.Skipf("no /proc: %v", err)
+		return 0, err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			n, _ := strconv.Atoi(f[1])
-			return n
+			return strconv.Atoi(f[1])
 		}
 	}
-	t.Fatal("no VmRSS")
-	return 0
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
 // TestTextMultiGetInPieces: a multi-get line that arrives in pieces, the
