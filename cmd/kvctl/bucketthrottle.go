@@ -14,7 +14,7 @@ import (
 // as "unchanged".
 var queueFlags = []struct{ flag, field, usage string }{
 	{"max-concurrent", "max_concurrent", "the bucket's data commands in flight at most, 0 = no limit `N`"},
-	{"max-queued", "max_queued", "the bucket's commands waiting for a ticket at most, 0 = no limit `N`"},
+	{"max-queued", "max_queued", "the bucket's commands waiting for a ticket at most, 0 = only the node's max_queue_depth `N`"},
 	{"queue-timeout-ms", "queue_timeout_ms", "longest wait for a ticket, 0 = the node's ingress.queue_timeout_ms `N`"},
 	{"deadline-ms", "deadline_ms", "deadline admission target, 0 = no deadline gate `N`"},
 	{"deadline-percentile", "deadline_percentile", "execution-time percentile the gate predicts with, 50..99, 0 = 99 `N`"},
