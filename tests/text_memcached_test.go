@@ -93,9 +93,10 @@ func TestTextHostileGolden(t *testing.T) {
 // input means something else to it. The seeded differential test compares
 // CAS values only as replies show them (texttest.NormalizeCAS) and its
 // cas/ms C/md C name values neither server has assigned, so it compares
-// the refusals (EXISTS, NOT_FOUND) only; a CAS that matches is exercised by
-// real clients instead: gomemcache's CompareAndSwap (TestTextGomemcache)
-// and pymemcache's cas (TestTextPymemcache), with the stale CAS refused.
+// the refusals (EXISTS, NOT_FOUND) only; a CAS that matches is compared with
+// memcached a step at a time by TestTextCASDifferential, and exercised by
+// real clients: gomemcache's CompareAndSwap (TestTextGomemcache) and
+// pymemcache's cas (TestTextPymemcache).
 var goldenCASLiterals = map[string]string{
 	"cas":      "cas a 0 0 1 1 names memcached's first CAS",
 	"ms forms": "ms k 2 C1 names memcached's first CAS",
