@@ -20,7 +20,8 @@ import (
 // quiet forms (a quiet command's silence is compared too: each step ends
 // with a NOOP), on four keys, with a CAS that is none, the one this server
 // last showed for the key, the one before it, or one never shown; INCR and
-// DECR with and without creation, on numbers of four digits (a result
+// DECR with and without creation; expiries none, relative, absolute and
+// already passed; on numbers of four digits (a result
 // shorter than the number it replaces is the one difference by design,
 // docs/text-protocol.md). Error texts are each server's own and are not
 // compared.
@@ -116,7 +117,13 @@ func binaryStep(rng *rand.Rand) *diffStep {
 	if rng.IntN(3) > 0 { // a CAS for the commands that take one
 		st.cas = rng.IntN(3) + 1
 	}
-	flagsExp := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, uint32(rng.IntN(4))), 0)
+	// An expiry that does not pass within a run, or one that has passed:
+	// none, 1,000 s, a Unix time a day ahead (over 30 days: absolute), and
+	// 3,000,000 (absolute too: February 1970, so the item expires at once).
+	expiry := func() uint32 {
+		return [...]uint32{0, 0, 1000, uint32(time.Now().Unix()) + 86400, 3_000_000}[rng.IntN(5)]
+	}
+	flagsExp := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, uint32(rng.IntN(4))), expiry())
 	switch rng.IntN(11) {
 	case 0, 1:
 		st.Request = *reqWith(quiet(mc.OpSet, mc.OpSetQ), 0, flagsExp, key, value)
@@ -129,7 +136,7 @@ func binaryStep(rng *rand.Rand) *diffStep {
 	case 6:
 		st.Request = *reqWith(quiet(mc.OpDelete, mc.OpDeleteQ), 0, nil, key, "")
 	case 7, 8:
-		exp := uint32(0)
+		exp := expiry()
 		if rng.IntN(3) == 0 {
 			exp = 0xffffffff // no creation on a miss
 		}
@@ -138,10 +145,10 @@ func binaryStep(rng *rand.Rand) *diffStep {
 		extras = binary.BigEndian.AppendUint32(extras, exp)
 		st.Request = *reqWith([]mc.Opcode{quiet(mc.OpIncrement, mc.OpIncrementQ), quiet(mc.OpDecrement, mc.OpDecrementQ)}[rng.IntN(2)], 0, extras, key, "")
 	case 9:
-		st.Request, st.cas = *reqWith(mc.OpTouch, 0, binary.BigEndian.AppendUint32(nil, 0), key, ""), 0
+		st.Request, st.cas = *reqWith(mc.OpTouch, 0, binary.BigEndian.AppendUint32(nil, expiry()), key, ""), 0
 	default:
 		st.Request, st.cas = *reqWith([]mc.Opcode{quiet(mc.OpGAT, mc.OpGATQ), quiet(mc.OpGATK, mc.OpGATKQ)}[rng.IntN(2)], 0,
-			binary.BigEndian.AppendUint32(nil, 0), key, ""), 0
+			binary.BigEndian.AppendUint32(nil, expiry()), key, ""), 0
 	}
 	st.Opaque = uint32(rng.IntN(1 << 20))
 	return st
