@@ -21,7 +21,8 @@ import (
 // the next, and a step may name the CAS value this server last showed for
 // its key ({cas}) or the one before that ({stale}): cas, gets and gats, and
 // the meta commands' C and c flags (mg, ms, md, ma), beside stores, incr,
-// touch and delete that make new versions. The two transcripts, CAS values
+// touch and delete that make new versions, with expiries none, relative,
+// absolute and already passed. The two transcripts, CAS values
 // renamed in order of appearance (texttest.NormalizeCAS), must be equal.
 func TestTextCASDifferential(t *testing.T) {
 	mcAddr := texttest.StartMemcached(t)
@@ -73,6 +74,12 @@ func casScript(seed uint64, n int) []casStep {
 		}
 		return strings.Repeat(string(rune('a'+rng.IntN(3))), rng.IntN(6)+1)
 	}
+	// An expiry that does not pass within a run, or one that has passed:
+	// none, 1,000 s, a Unix time a day ahead, 3,000,000 (February 1970)
+	// and -1.
+	expiry := func() string {
+		return [...]string{"0", "0", "1000", strconv.FormatInt(time.Now().Unix()+86400, 10), "3000000", "-1"}[rng.IntN(6)]
+	}
 	steps := []casStep{{"", "flush_all\r\n"}}
 	for range n {
 		key := "x" + strconv.Itoa(rng.IntN(4)) // not "c…": NormalizeCAS reads " c<digits>" as a CAS
@@ -80,13 +87,13 @@ func casScript(seed uint64, n int) []casStep {
 		var text string
 		switch rng.IntN(16) {
 		case 0, 1:
-			text = fmt.Sprintf("set %s %d 0 %d\r\n%s\r\n", key, rng.IntN(5), len(v), v)
+			text = fmt.Sprintf("set %s %d %s %d\r\n%s\r\n", key, rng.IntN(5), expiry(), len(v), v)
 		case 2, 3:
 			text = fmt.Sprintf("gets %s\r\n", key)
 		case 4:
-			text = fmt.Sprintf("gats 0 %s\r\n", key)
+			text = fmt.Sprintf("gats %s %s\r\n", expiry(), key)
 		case 5, 6:
-			text = fmt.Sprintf("cas %s %d 0 %d {cas}%s\r\n%s\r\n", key, rng.IntN(5), len(v), casNoreply(rng), v)
+			text = fmt.Sprintf("cas %s %d %s %d {cas}%s\r\n%s\r\n", key, rng.IntN(5), expiry(), len(v), casNoreply(rng), v)
 		case 7:
 			text = fmt.Sprintf("cas %s 0 0 %d {stale}\r\n%s\r\n", key, len(v), v)
 		case 8:
@@ -104,7 +111,7 @@ func casScript(seed uint64, n int) []casStep {
 		case 14:
 			text = fmt.Sprintf("%s %s 0 0 %d\r\n%s\r\n", []string{"append", "prepend", "add", "replace"}[rng.IntN(4)], key, len(v), v)
 		default:
-			text = []string{"delete " + key + "\r\n", "touch " + key + " 0\r\n"}[rng.IntN(2)]
+			text = []string{"delete " + key + "\r\n", "touch " + key + " " + expiry() + "\r\n"}[rng.IntN(2)]
 		}
 		steps = append(steps, casStep{key, text})
 	}
