@@ -71,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 func runCommand(cmd *command, g *globals, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet(cmd.name)
 	runner := cmd.bind(fs)
+	// --json is global, and also taken after the command (kvctl cluster --json).
+	fs.BoolVar(&g.json, "json", g.json, "print JSON instead of text")
 	pos, err := parseArgs(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		printCommand(stdout, cmd)

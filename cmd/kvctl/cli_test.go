@@ -139,6 +139,12 @@ func TestJSONOutput(t *testing.T) {
 		if compact.String() != tc.want {
 			t.Errorf("kvctl --json %v printed %s, want %s", tc.args, compact.String(), tc.want)
 		}
+		// The same with --json after the command, as users also write it.
+		stdout, _, code = kvctl(t, append(admin(s, tc.args...), "--json")...)
+		compact.Reset()
+		if err := json.Compact(&compact, []byte(stdout)); err != nil || code != exitOK || compact.String() != tc.want {
+			t.Errorf("kvctl %v --json = %d, printed %q (%v), want %s", tc.args, code, stdout, err, tc.want)
+		}
 	}
 }
 

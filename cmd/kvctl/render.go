@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 
 	"kvd/client"
@@ -92,14 +93,17 @@ type clusterDoc struct {
 		Address   string `json:"address"`
 		Heartbeat string `json:"heartbeat"`
 	} `json:"members"`
-	Shares []struct {
-		Bucket         string          `json:"bucket"`
-		Reserved       json.RawMessage `json:"reserved"`
-		HardLimit      json.RawMessage `json:"hard_limit"`
-		TotalReserved  json.RawMessage `json:"total_reserved"`
-		TotalHardLimit json.RawMessage `json:"total_hard_limit"`
-		ClusterUsage   int64           `json:"cluster_usage"`
-	} `json:"shares"`
+	Shares []clusterShare `json:"shares"`
+}
+
+// clusterShare is one bucket's line of STAT cluster.
+type clusterShare struct {
+	Bucket         string          `json:"bucket"`
+	Reserved       json.RawMessage `json:"reserved"`
+	HardLimit      json.RawMessage `json:"hard_limit"`
+	TotalReserved  json.RawMessage `json:"total_reserved"`
+	TotalHardLimit json.RawMessage `json:"total_hard_limit"`
+	ClusterUsage   int64           `json:"cluster_usage"`
 }
 
 // clusterResult renders STAT cluster: a few lines for people, the
@@ -117,6 +121,8 @@ func clusterResult(doc []byte) (*result, error) {
 	fmt.Fprintf(&b, "%-16s %12s %12s %14s %16s %13s", "bucket", "reserved", "hard_limit",
 		"total_reserved", "total_hard_limit", "cluster_usage")
 	limit := func(raw json.RawMessage) string { return strings.Trim(string(raw), `"`) }
+	// The node lists its buckets in no set order: by name, for people.
+	slices.SortFunc(d.Shares, func(a, b clusterShare) int { return strings.Compare(a.Bucket, b.Bucket) })
 	for _, s := range d.Shares {
 		fmt.Fprintf(&b, "\n%-16s %12s %12s %14s %16s %13d", s.Bucket, limit(s.Reserved), limit(s.HardLimit),
 			limit(s.TotalReserved), limit(s.TotalHardLimit), s.ClusterUsage)
