@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -76,7 +78,7 @@ func TestBlindWritesModel(t *testing.T) {
 	now := uint32(t0)
 	for i := range 5000 {
 		key := []byte("key-" + strconv.Itoa(rng.IntN(300)))
-		val := make([]byte, rng.IntN(900))
+		val := bytes.Repeat([]byte{byte('a' + i%26)}, rng.IntN(900)) // which op stored it shows
 		exp := []uint32{0, 0, now + 5, now + 50}[rng.IntN(4)]
 		mode := StoreMode(rng.IntN(5))
 		var es, en error
@@ -87,8 +89,12 @@ func TestBlindWritesModel(t *testing.T) {
 		case op < 8:
 			es, en = bs.Delete(key, 0, now), bn.Delete(key, 0, now)
 		default:
-			_, es = bs.Get(key, now, nil)
-			_, en = bn.Get(key, now, nil)
+			var is, in Item
+			is, es = bs.Get(key, now, nil)
+			in, en = bn.Get(key, now, nil)
+			if d := itemDiff(is, in); es == nil && en == nil && d != "" {
+				t.Fatalf("op %d: GET %s: %s", i, key, d)
+			}
 		}
 		if !errors.Is(es, en) && !errors.Is(en, es) {
 			t.Fatalf("op %d on %s: cached DB %v, uncached %v", i, key, es, en)
@@ -98,6 +104,14 @@ func TestBlindWritesModel(t *testing.T) {
 		}
 		if bs.ItemCount() != bn.ItemCount() {
 			t.Fatalf("op %d: ItemCount %d vs %d", i, bs.ItemCount(), bn.ItemCount())
+		}
+	}
+	for k := range 300 { // the final contents, key by key
+		key := []byte("key-" + strconv.Itoa(k))
+		is, es := bs.Get(key, now, nil)
+		in, en := bn.Get(key, now, nil)
+		if !errors.Is(es, en) || es == nil && itemDiff(is, in) != "" {
+			t.Fatalf("at the end, %s: cached DB %v %s", key, es, itemDiff(is, in))
 		}
 	}
 	if a, b := countKeys(t, small, kindExpiry), countKeys(t, none, kindExpiry); a != b {
@@ -110,4 +124,16 @@ func TestBlindWritesModel(t *testing.T) {
 		t.Fatalf("sweep deleted %d vs %d; ItemCount %d vs %d", a, b, bs.ItemCount(), bn.ItemCount())
 	}
 	checkCache(t, small.cache)
+}
+
+// itemDiff says how two reads of an item differ in what a client sees
+// (value, flags, expiry), or "" (CAS values are each DB's own).
+func itemDiff(a, b Item) string {
+	switch {
+	case !bytes.Equal(a.Value, b.Value):
+		return fmt.Sprintf("values %q vs %q", a.Value, b.Value)
+	case a.Flags != b.Flags || a.Expiry != b.Expiry:
+		return fmt.Sprintf("flags %d vs %d, expiry %d vs %d", a.Flags, b.Flags, a.Expiry, b.Expiry)
+	}
+	return ""
 }

@@ -345,8 +345,11 @@ func TestSyncWALFsyncs(t *testing.T) {
 	wg.Wait()
 	n := fs.syncs.Load()
 	t.Logf("%d concurrent Store+SyncWAL calls made %d WAL fsyncs", workers*each, n)
-	if n == 0 || n > workers*each {
-		t.Fatalf("%d WAL fsyncs for %d SyncWAL calls", n, workers*each)
+	// Sixteen goroutines that each wait for their fsync share them: 100-120
+	// for the 800 calls here. Half as many fsyncs as calls is the bound; one
+	// per call is no sharing at all.
+	if n == 0 || n > workers*each/2 {
+		t.Fatalf("%d WAL fsyncs for %d SyncWAL calls: want them shared, at most %d", n, workers*each, workers*each/2)
 	}
 }
 

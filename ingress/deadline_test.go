@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -376,28 +377,56 @@ func TestDeadlineDoubleDoneClamps(t *testing.T) {
 	}
 }
 
-// TestDeadlineConcurrentNoLeak: many goroutines admit and complete; the ledger never
-// exceeds capacity and returns to zero.
+// TestDeadlineConcurrentNoLeak: many goroutines admit and complete, each
+// holding up to four grants at a time, so that admissions meet others in
+// flight and race on the ledger's shared check (executions of 4-4.7 ms
+// against a 10 ms deadline at p90: a demand of about 0.45 of a ticket, so
+// six or seven fit the capacity of three tickets and the 32 that could be
+// held at once are often refused). The ledger never exceeds capacity and
+// returns to zero.
 func TestDeadlineConcurrentNoLeak(t *testing.T) {
 	var g DeadlineGate
-	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, Percentile: 90, ExpectedExecution: time.Millisecond})
+	b := newDeadlineBucket(t, &g, DeadlineSettings{Deadline: 10 * time.Millisecond, Percentile: 90, ExpectedExecution: 4 * time.Millisecond})
 	const capacity = 3
 	var wg sync.WaitGroup
 	var over sync.Once
+	var inFlight, besideOthers, refused atomic.Int64
 	for w := range 8 {
 		wg.Go(func() {
+			var held []Grant
+			done := func() {
+				b.Done(held[0], time.Duration(4000+(w*131+len(held)*17)%700)*time.Microsecond, w%5 != 0, dt0)
+				held = held[1:]
+				inFlight.Add(-1)
+			}
 			for i := range 5000 {
-				gr, ok, _ := b.Admit(Pool(i%2), capacity, dt0, dt0)
-				if a := g.Accepted(Pool(i % 2)); a > capacity*Micro {
+				class := Pool(i % 2)
+				if len(held) == 4 || len(held) > 0 && i%3 == 0 {
+					done()
+				}
+				gr, ok, _ := b.Admit(class, capacity, dt0, dt0)
+				if a := g.Accepted(class); a > capacity*Micro {
 					over.Do(func() { t.Errorf("accepted %d over capacity", a) })
 				}
-				if ok {
-					b.Done(gr, time.Duration(w*1000+i%700)*time.Microsecond, i%5 != 0, dt0)
+				if !ok {
+					refused.Add(1)
+					continue
 				}
+				if inFlight.Add(1) > 1 {
+					besideOthers.Add(1)
+				}
+				held = append(held, gr)
+			}
+			for len(held) > 0 {
+				done()
 			}
 		})
 	}
 	wg.Wait()
+	t.Logf("%d admitted beside others in flight, %d refused", besideOthers.Load(), refused.Load())
+	if besideOthers.Load() < 1000 || refused.Load() < 1000 {
+		t.Errorf("%d admissions beside others, %d refused: the goroutines did not contend", besideOthers.Load(), refused.Load())
+	}
 	if g.Accepted(Read) != 0 || g.Accepted(Write) != 0 || g.StaleReleases() != 0 {
 		t.Fatalf("leak: read %d write %d stale %d", g.Accepted(Read), g.Accepted(Write), g.StaleReleases())
 	}

@@ -140,9 +140,10 @@ func TestStress(t *testing.T) {
 		name    string
 		prober  bool // the prober sizes the pools; otherwise a resizer at random
 		timeout time.Duration
+		expires bool // waiters expire (hundreds a run): pools resized to 0 leave them waiting
 	}{
-		{"random resizes", false, 5 * time.Millisecond},
-		{"prober", true, 5 * time.Millisecond},
+		{"random resizes", false, 5 * time.Millisecond, true},
+		{"prober", true, 5 * time.Millisecond, false}, // the prober keeps a ticket: 0-1 expire
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := New(Options{
@@ -175,6 +176,14 @@ func TestStress(t *testing.T) {
 			close(stop)
 			bg.Wait()
 			s.check(t, workers*commands, nodeTickets)
+			// The races this test is for happened: grants, cancels that
+			// won and that lost, and (with random resizes, at full size)
+			// expiries.
+			if s.granted.Load() == 0 || s.canceled.Load() == 0 || s.cancelLost.Load() == 0 ||
+				tc.expires && !testing.Short() && s.expired.Load() == 0 {
+				t.Errorf("not every path ran: granted %d, canceled %d, cancel lost %d, expired %d",
+					s.granted.Load(), s.canceled.Load(), s.cancelLost.Load(), s.expired.Load())
+			}
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package work
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -97,16 +98,22 @@ func TestPoolRunsInOrder(t *testing.T) {
 		const batches = 5
 		for i := range batches {
 			b := f.pool.NewBatch(o, enc, f.bucket)
-			b.Add(request(mc.OpSet, uint32(10*i+1), "k", "v"))
-			b.Add(request(mc.OpGet, uint32(10*i+2), "k", ""))
+			// Each batch its own key and value: its GET can only have
+			// seen its own SET.
+			key, value := fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i)
+			b.Add(request(mc.OpSet, uint32(10*i+1), key, value))
+			b.Add(request(mc.OpGet, uint32(10*i+2), key, ""))
 			f.pool.Submit(b)
 		}
 		f.pool.Stop()
+		if n := len(o.done); n != batches {
+			t.Fatalf("wal_sync %v: Stop returned with %d of %d batches finished", walSync, n, batches)
+		}
 		for range batches {
 			b := <-o.done
 			rs := replies(t, b.Out)
 			if len(rs) != 2 || rs[0].Status != mc.StatusOK || rs[1].Status != mc.StatusOK ||
-				string(rs[1].Value) != "v" || rs[1].Opaque != rs[0].Opaque+1 {
+				string(rs[1].Value) != fmt.Sprintf("v%d", rs[0].Opaque/10) || rs[1].Opaque != rs[0].Opaque+1 {
 				t.Fatalf("wal_sync %v: replies %+v", walSync, rs)
 			}
 			b.Release()
