@@ -55,11 +55,31 @@ func TestAddRemoveIncremental(t *testing.T) {
 			th.Tick(now)
 		}
 		got := th.Stats()
+		type figures struct{ share, effective int64 }
+		each := make([]figures, len(th.buckets))
+		for k, b := range th.buckets {
+			each[k] = figures{b.share.Load(), b.effective.Load()}
+		}
 		th.mu.Lock()
 		th.refreshLocked()
 		th.mu.Unlock()
 		if want := th.Stats(); got.FreePool != want.FreePool || got.Spare != want.Spare {
 			t.Fatalf("step %d: incremental free pool %d spare %d, recomputed %d and %d", i, got.FreePool, got.Spare, want.FreePool, want.Spare)
+		}
+		// And every bucket's reservation in force and share of the pool: a
+		// share within a unit (each recomputation hands the division's
+		// remainder to buckets from a rotating start), the shares' sum the same.
+		var sumGot, sumWant int64
+		for k, b := range th.buckets {
+			want := figures{b.share.Load(), b.effective.Load()}
+			if each[k].effective != want.effective || each[k].share < want.share-1 || each[k].share > want.share+1 {
+				t.Fatalf("step %d: bucket %s incremental share %d effective %d, recomputed %d and %d",
+					i, b.name, each[k].share, each[k].effective, want.share, want.effective)
+			}
+			sumGot, sumWant = sumGot+each[k].share, sumWant+want.share
+		}
+		if sumGot != sumWant {
+			t.Fatalf("step %d: incremental shares sum to %d, recomputed to %d", i, sumGot, sumWant)
 		}
 		for k, b := range th.buckets {
 			if b.index != k {
