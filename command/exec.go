@@ -176,17 +176,27 @@ func execRead(bk *catalog.Bucket, r *Request, now uint32, touch bool) error {
 			}
 		}
 	}
-	calls.Add(1)
+	if r.Txt.Inspects() { // me: in no get figure, as memcached's
+		calls, hits, misses = nil, nil, nil
+	}
+	countIn(calls)
 	switch {
 	case errors.Is(err, engine.ErrNotFound):
-		misses.Add(1)
+		countIn(misses)
 		return err
 	case err != nil:
 		return err
 	}
-	hits.Add(1)
+	countIn(hits)
 	r.SetItem(r.Key, it)
 	return nil
+}
+
+// countIn adds one to a bucket figure; nil is one the command is not counted in.
+func countIn(figure *atomic.Int64) {
+	if figure != nil {
+		figure.Add(1)
+	}
 }
 
 // SetItem records the item a read found, read under key.
@@ -207,24 +217,36 @@ func LeaseOf(txt *translate.Reply, now uint32) (a engine.LeaseArgs, ok bool) {
 	return a, true
 }
 
-// Peek looks key up in st's resident item cache for a read the event loop
+// Peek looks key up in b's resident item cache for a read the event loop
 // may answer (engine.Bucket.Peek) for a binary request (txt nil) or a text
 // one. ok is false when the item is not resident, or when a meta get would
 // win its token at now: it then writes the item, on a worker. A meta get's
 // read counts in the item's fetch state once it is answered here, and not
-// with u.
-func Peek(st *engine.Bucket, txt *translate.Reply, key []byte, now uint32, dst []byte) (it engine.Item, ok bool) {
-	if txt == nil || !txt.MetaGet() {
-		return st.Peek(key, now, dst)
+// with u. A read answered here counts in the bucket's get figures (but a
+// me's, as memcached's).
+func Peek(b *catalog.Bucket, txt *translate.Reply, key []byte, now uint32, dst []byte) (it engine.Item, ok bool) {
+	st := b.Store()
+	switch {
+	case txt == nil || !txt.MetaGet() && !txt.Inspects():
+		it, ok = st.Peek(key, now, dst)
+	case txt.Inspects():
+		it, ok = st.PeekNoBump(key, now, dst)
+	default:
+		if it, ok = st.PeekNoBump(key, now, dst); !ok {
+			return it, false
+		}
+		if a, _ := LeaseOf(txt, now); a.Wins(it) {
+			return it, false
+		}
+		if txt.Bumps() {
+			st.Bump(key, now)
+		}
 	}
-	it, ok = st.PeekNoBump(key, now, dst)
-	if a, _ := LeaseOf(txt, now); !ok || a.Wins(it) {
-		return it, false
+	if ok && (txt == nil || !txt.Inspects()) {
+		b.Counters.CmdGet.Add(1)
+		b.Counters.GetHits.Add(1)
 	}
-	if txt.Bumps() {
-		st.Bump(key, now)
-	}
-	return it, true
+	return it, ok
 }
 
 // storeMode is the engine's mode for op. A binary ADD with a CAS is a CAS

@@ -235,7 +235,7 @@ func (c *conn) runOrCollect(req *mc.Request, t ingress.Ticket, now time.Time) {
 // its read units and counts in the bucket's figures.
 func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) bool {
 	s, b := c.srv, c.bucket
-	it, ok := command.Peek(b.Store(), c.txt.Current(), req.Key, uint32(now.Unix()), c.peek[:0])
+	it, ok := command.Peek(b, c.txt.Current(), req.Key, uint32(now.Unix()), c.peek[:0])
 	if !ok {
 		return false // not resident, or an mg that wins the item's token writes it
 	}
@@ -245,8 +245,6 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 	r.DL, r.Grant, c.dl, c.grant = c.dl, c.grant, nil, ingress.Grant{}
 	r.RU = command.UnitsOf(len(req.Key)+len(it.Value), s.limits().ReadUnitSize)
 	b.Throttle().CountCommand()
-	b.Counters.CmdGet.Add(1)
-	b.Counters.GetHits.Add(1)
 	s.throttle.Charge(b.Throttle(), r.RU, 0)
 	if c.txt != nil {
 		stateOf(b).textCommands.Add(1)

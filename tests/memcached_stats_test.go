@@ -38,6 +38,7 @@ func TestStatsCountersAsMemcached(t *testing.T) {
 		"incr a 5\r\nincr nope 1\r\ndecr a 1\r\ndecr nope 1\r\ntouch a 100\r\ntouch nope 100\r\n" +
 		"gat 100 a nope\r\ndelete a\r\ndelete a\r\nappend nope 0 0 1\r\nx\r\n" +
 		"ms m 1\r\n5\r\nma m\r\nma m MD\r\nma viv N0 J3\r\nma nope\r\nmg m v\r\nmg nope v\r\nmg m T30\r\n" +
+		"me m\r\nme nope\r\nme m v\r\n" + // in no get figure
 		"md m C1\r\nmd m\r\nmd m\r\nmn\r\n")
 	withCAS := func(r *mc.Request, cas uint64) *mc.Request { r.CAS = cas; return r }
 	for _, c := range []*rawConn{p.mcd, p.kvd} { // each server's own CAS

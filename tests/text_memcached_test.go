@@ -414,7 +414,8 @@ func TestMetaFetchState(t *testing.T) {
 		"ms f 1 MA\r\nf\r\nmg f h l\r\nmg nope h l\r\n" +
 		"ms u 1\r\nu\r\nmg u h l u v\r\nmg u h u\r\nmg u h l T100 u\r\nmg u h l\r\nmg u h l\r\n" +
 		"ms w 1\r\nw\r\nmd w I\r\nmg w h l\r\nmg w h l\r\nmg w h l\r\n" +
-		"ms x 1\r\nx\r\nmd x I\r\nmg x h u\r\nmg x h\r\nmg x h\r\n" + texttest.SentinelCommand)
+		"ms x 1\r\nx\r\nmd x I\r\nmg x h u\r\nmg x h\r\nmg x h\r\n" +
+		"ms y 1\r\ny\r\nme y\r\nme y\r\nmg y h l\r\nme y\r\nmg y h\r\n" + texttest.SentinelCommand) // me is no read
 	var failure string
 	for attempt := 0; attempt < 3; attempt++ { // an l read as a second ticks over is one more
 		mc, k := texttest.StartMemcached(t), startKVD(t, textDiffConfig)
