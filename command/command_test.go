@@ -99,6 +99,26 @@ func TestErrorJSONIsValid(t *testing.T) {
 	}
 }
 
+// TestErrorDatatype: an XERROR body is JSON, marked as JSON only for a
+// connection that negotiated the JSON feature (a client is never sent a
+// datatype bit it did not ask for, as from Couchbase's KV engine).
+func TestErrorDatatype(t *testing.T) {
+	for _, tc := range []struct {
+		features Features
+		want     uint8
+		json     bool
+	}{{0, 0, false}, {FeatXError, 0, true}, {FeatXError | FeatJSON, mc.DatatypeJSON, true}, {FeatJSON, 0, false}} {
+		e := &Encoder{Features: tc.features}
+		var res mc.Response
+		if _, err := mc.DecodeResponse(e.Error(nil, Header{Op: mc.OpGet}, mc.StatusKeyNotFound, "gone", nil), 1<<20, &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.Datatype != tc.want || json.Valid(res.Value) != tc.json {
+			t.Errorf("features %b: datatype %d body %q, want datatype %d and JSON %v", tc.features, res.Datatype, res.Value, tc.want, tc.json)
+		}
+	}
+}
+
 // The reply of a GET hit, the hot path's encode, allocates nothing.
 func TestAppendResultAllocs(t *testing.T) {
 	e := &Encoder{Features: FeatReportUnits}

@@ -62,6 +62,16 @@ type Encoder struct {
 	scratch  []byte           // the reused body of deadline refusals (loop only)
 }
 
+// JSONType is the datatype of a reply whose body is JSON: JSON when the
+// connection negotiated the JSON feature, else 0 (raw), as Couchbase's KV
+// engine marks it: a client is never sent a datatype bit it did not ask for.
+func (e *Encoder) JSONType() uint8 {
+	if e.Features&FeatJSON != 0 {
+		return binary.DatatypeJSON
+	}
+	return 0
+}
+
 // Result encodes r's reply, or nothing for a quiet command that
 // succeeded (or missed, for the quiet reads).
 func (e *Encoder) Result(dst []byte, r *Request) []byte {
@@ -180,7 +190,7 @@ func (e *Encoder) Error(dst []byte, h Header, st binary.Status, reason string, k
 	}
 	res := binary.Response{Opcode: h.Op, Status: st, Opaque: h.Opaque, Key: key}
 	if e.Features&FeatXError != 0 {
-		res.Datatype = binary.DatatypeJSON
+		res.Datatype = e.JSONType()
 		res.Value = appendErrorJSON(nil, reason, -1)
 	} else {
 		res.Value = []byte(reason)
@@ -278,7 +288,7 @@ func (e *Encoder) DeadlineRefusal(dst []byte, req *binary.Request, g ingress.Gra
 	body := e.scratch[:0]
 	res := binary.Response{Opcode: req.Opcode, Status: binary.StatusTemporaryFailure, Opaque: req.Opaque}
 	if e.Features&FeatXError != 0 {
-		res.Datatype = binary.DatatypeJSON
+		res.Datatype = e.JSONType()
 		body = append(body, `{"error":{"context":"`...)
 		body = g.AppendReason(body, bucket, capacity)
 		body = append(body, `","retry_after_us":`...)

@@ -154,7 +154,7 @@ func (s *Server) throttled(c *conn, req *mc.Request, now time.Time) verdict {
 		if c.enc.Features&command.FeatNonBlocking != 0 {
 			body := strconv.AppendInt([]byte(`{"next_tick_us":`), s.throttle.NextTick(now), 10)
 			c.out = mc.AppendResponse(c.out, req.Alt(), &mc.Response{Opcode: req.Opcode,
-				Status: mc.StatusWouldThrottle, Opaque: req.Opaque, Datatype: mc.DatatypeJSON, Value: append(body, '}')})
+				Status: mc.StatusWouldThrottle, Opaque: req.Opaque, Datatype: c.enc.JSONType(), Value: append(body, '}')})
 			c.lat.Add(stateOf(b).latency(), command.ClassOf(req.Opcode), now, 0, 0)
 			return admitAnswered
 		}

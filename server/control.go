@@ -276,10 +276,7 @@ func (c *conn) stats(req *mc.Request) {
 // statJSON sends a stat whose value is a JSON document, marked as JSON
 // when the client negotiated the JSON feature.
 func (c *conn) statJSON(req *mc.Request, name string, doc []byte) {
-	res := mc.Response{Opcode: req.Opcode, Opaque: req.Opaque, Key: []byte(name), Value: doc}
-	if c.enc.Features&command.FeatJSON != 0 {
-		res.Datatype = mc.DatatypeJSON
-	}
+	res := mc.Response{Opcode: req.Opcode, Opaque: req.Opaque, Key: []byte(name), Value: doc, Datatype: c.enc.JSONType()}
 	c.out = mc.AppendResponse(c.out, req.Alt(), &res)
 }
 
