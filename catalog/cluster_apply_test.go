@@ -353,6 +353,14 @@ func TestClusterEtcdWipedWhileRunning(t *testing.T) {
 	applyFile(n1, 100, UserSpec{Name: "alice", Password: "a"})
 	applyFile(n2, 100, UserSpec{Name: "bob", Password: "b"})
 	applyFile(n1, 150, UserSpec{Name: "alice", Password: "a"}) // an edit n2's file will get later
+	// On n2 too before the wipe (ApplyFile waits for n1 alone): else n2
+	// may seed the wiped etcd with its 100, and then n2's file's 150 is an
+	// edit of its own, which rightly goes over the run-time change below
+	// (a CI run once failed that way).
+	eventually(t, 2*time.Second, "n1's edit of keep on n2", func() bool {
+		b, ok := n2.cat.Get("keep")
+		return ok && b.Settings().HardLimit == 150
+	})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
