@@ -177,26 +177,22 @@ func execRead(bk *catalog.Bucket, r *Request, now uint32, touch bool) error {
 		}
 	}
 	if r.Txt.Inspects() { // me: in no get figure, as memcached's
-		calls, hits, misses = nil, nil, nil
+		if err == nil {
+			r.SetItem(r.Key, it)
+		}
+		return err
 	}
-	countIn(calls)
+	calls.Add(1)
 	switch {
 	case errors.Is(err, engine.ErrNotFound):
-		countIn(misses)
+		misses.Add(1)
 		return err
 	case err != nil:
 		return err
 	}
-	countIn(hits)
+	hits.Add(1)
 	r.SetItem(r.Key, it)
 	return nil
-}
-
-// countIn adds one to a bucket figure; nil is one the command is not counted in.
-func countIn(figure *atomic.Int64) {
-	if figure != nil {
-		figure.Add(1)
-	}
 }
 
 // SetItem records the item a read found, read under key.

@@ -21,10 +21,9 @@ import (
 // with a NOOP), on four keys, with a CAS that is none, the one this server
 // last showed for the key, the one before it, or one never shown; INCR and
 // DECR with and without creation; expiries none, relative, absolute and
-// already passed; on numbers of four digits (a result
-// shorter than the number it replaces is the one difference by design,
-// docs/text-protocol.md). Error texts are each server's own and are not
-// compared.
+// already passed; on numbers of four digits (a result shorter than the
+// number it replaces is the one difference by design, docs/text-protocol.md).
+// Error texts are each server's own and are not compared.
 func TestBinaryDifferential(t *testing.T) {
 	mAddr := startMemcached(t)
 	k := startKVD(t, configWith(t, testConfig, map[string]any{"node_capacity": 1_000_000_000, "wal_sync": false}))

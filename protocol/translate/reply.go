@@ -40,9 +40,7 @@ func (r *Reply) MetaGet() bool { return r.kind == text.KindMetaGet }
 // Bumps reports whether r's read counts as one in the item's fetch state
 // (meta h and l): every read does but a meta get's with u and a meta
 // debug's (me), as in memcached.
-func (r *Reply) Bumps() bool {
-	return r.kind != text.KindMetaGet && r.kind != text.KindMetaDebug || r.kind == text.KindMetaGet && !r.meta.NoBump
-}
+func (r *Reply) Bumps() bool { return !r.Inspects() && (r.kind != text.KindMetaGet || !r.meta.NoBump) }
 
 // Inspects reports whether r only looks at the item (me): memcached counts
 // it in none of its get figures (cmd_get, get_hits, get_misses) and it
