@@ -8,6 +8,7 @@ import (
 	"kvd/ingress"
 	"kvd/protocol/binary"
 	"kvd/protocol/translate"
+	"kvd/tenant"
 )
 
 // Request is a data command copied out of gnet's buffer so that it can
@@ -50,6 +51,10 @@ type Request struct {
 	// none), ended exactly once: Done, Expire or Release (EndDeadline, ExpireDeadline, ReleaseDeadline).
 	DL    *ingress.BucketDeadline
 	Grant ingress.Grant
+	// Hold is the units its admission holds in its bucket's throttle
+	// (tenant.Throttle.Admit), released when it is metered, or by Release
+	// if it never runs.
+	Hold tenant.Hold
 
 	Txt translate.Reply // a text/meta command's reply needs (zero: binary)
 	Aux []byte          // the text command's opaque and raw key (txt.meta views it)
@@ -88,6 +93,7 @@ func NewRequest(req *binary.Request) *Request {
 // first: the command never ran.
 func (r *Request) Release() {
 	r.ReleaseDeadline() // a command that never ran gives its demand back
+	r.Hold.Release()
 	r.Status, r.Reason, r.CAS, r.Flags, r.Num, r.Mut = 0, "", 0, 0, 0, false
 	r.Size, r.RU, r.WU, r.Throttled, r.Queued = 0, 0, 0, 0, 0
 	r.Granted = time.Time{}

@@ -12,9 +12,10 @@
 // # Pieces
 //
 //   - Gauge counts units used in the current second. Below(limit, pending) answers "may a
-//     command that expects to use pending units run?"; Add charges the units a command
-//     actually used after it succeeded; Tick ends the second, keeping usage above the
-//     limit as a debt for the next one.
+//     command that expects to use pending units run?"; Hold counts those units as used
+//     until the command is charged (Unhold); Add charges the units a command actually
+//     used after it succeeded; Tick ends the second, keeping usage above the limit as a
+//     debt for the next one.
 //   - Window is the one-second tick grid shared by all gauges of a node. Its owner
 //     (tenant.Throttle) calls Advance with the time the server passes to Throttle.Tick;
 //     nothing here reads the clock. The non-blocking throttle reply asks NextTickMicros
@@ -53,8 +54,10 @@
 //
 // Gauge and Window are safe for concurrent use by any number of goroutines. They are
 // lock-free (typed atomics), never block and never allocate, so the event loops may call
-// them on the hot path. A check followed by a charge is deliberately not atomic ("sloppy",
-// as in kv_engine): concurrent loops may each pass Below before either charges, which
-// overshoots a limit by at most one command per loop; the overshoot carries over. FairShare
+// them on the hot path. A command's expected units are held (Hold) from its check until
+// it is charged, so that the commands admitted and still running count against the
+// limit; a check followed by a hold is deliberately not atomic ("sloppy", as in
+// kv_engine): concurrent loops may each pass Below before either holds, which overshoots
+// a limit by at most one command per loop; the overshoot carries over. FairShare
 // is a pure function; it is safe for concurrent use as long as callers do not share out.
 package gauge

@@ -26,9 +26,10 @@ const Period = time.Second
 // that starts empty: it admits while value+1 <= L, that is at values 0 … L-1.
 type Gauge struct {
 	value atomic.Int64 // units used this second, carry-over included; never negative
+	held  atomic.Int64 // units held by commands admitted and not yet charged (Hold)
 	// The gauges of a node (one per bucket, one free pool) are written by every event
 	// loop; keep each on its own cache line so charging one does not slow the others.
-	_ [56]byte
+	_ [48]byte
 }
 
 // Add charges units actually used by a command that has succeeded. Non-positive
@@ -40,6 +41,30 @@ func (g *Gauge) Add(units int64) {
 	}
 }
 
+// Hold counts units of a command admitted under the gauge that has not
+// been charged yet, until Unhold: Below counts them as used, so that the
+// commands a pipeline or several connections have admitted and not yet
+// charged cannot all pass against the same value. Held units belong to no
+// second: Tick leaves them alone. Non-positive units are ignored.
+func (g *Gauge) Hold(units int64) {
+	if units > 0 {
+		g.held.Add(units)
+	}
+}
+
+// Unhold gives back units Hold counted, once the command is charged (or
+// will not run). Non-positive units are ignored.
+func (g *Gauge) Unhold(units int64) {
+	if units > 0 {
+		g.held.Add(-units)
+	}
+}
+
+// Held returns the units held by commands admitted and not yet charged.
+func (g *Gauge) Held() int64 {
+	return g.held.Load()
+}
+
 // Value returns the units used in the current second, including usage carried over
 // from earlier seconds.
 func (g *Gauge) Value() int64 {
@@ -47,14 +72,14 @@ func (g *Gauge) Value() int64 {
 }
 
 // Below reports whether a command expected to use pending units may run under limit
-// this second, that is whether value+pending <= limit.
+// this second, that is whether value+held+pending <= limit (held: see Hold).
 //
 // Precisely:
 //   - a negative limit (Unlimited) admits everything;
 //   - a pending below 1 counts as 1: every command costs at least one unit, so a limit
 //     of 0 admits nothing and a limit of L admits exactly L one-unit commands a second;
 //   - a command larger than a positive limit (pending > limit > 0) can never fit; it is
-//     admitted whenever the second still has room (value < limit), so it is delayed,
+//     admitted whenever the second still has room (value+held < limit), so it is delayed,
 //     never starved, not even by a stream of small commands. Its excess carries over
 //     through Tick, which keeps the long-run rate at the limit.
 //
@@ -63,8 +88,8 @@ func (g *Gauge) Value() int64 {
 // checked with 1 unit and one-unit writes are the common case, for which the limit is
 // delivered exactly.
 //
-// Below only reads the gauge. A check followed by Add is not atomic: concurrent callers
-// may both pass before either charges; see the package comment.
+// Below only reads the gauge. A check followed by Hold is not atomic: concurrent callers
+// may both pass before either holds; see the package comment.
 func (g *Gauge) Below(limit, pending int64) bool {
 	if limit < 0 {
 		return true
@@ -72,7 +97,7 @@ func (g *Gauge) Below(limit, pending int64) bool {
 	if pending < 1 {
 		pending = 1
 	}
-	v := g.value.Load()
+	v := g.value.Load() + g.held.Load()
 	if pending > limit {
 		return v < limit
 	}

@@ -35,7 +35,7 @@ const (
 // Unthrottled connections take an exempt ticket: it never waits, but counts.
 func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	pool, now, adm := command.PoolOf(req.Opcode), c.now, stateOf(c.bucket).adm
-	c.cmdStart = now
+	c.cmdStart, c.pending = now, 0
 	if c.unthrottled {
 		c.runOrCollect(req, s.ingress.StartExempt(pool, adm, now), now)
 		return admitRun
@@ -89,12 +89,16 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	return admitAnswered
 }
 
-// checkThrottle asks the bucket's throttle whether a throttled connection's command may run now.
+// checkThrottle asks the bucket's throttle whether a throttled connection's
+// command may run now. Admitted, its units wait in c.pending: a command
+// answered on the loop (serveResident) is charged at once, one copied into
+// a batch (addReq) holds them in the throttle until it is charged.
 func (s *Server) checkThrottle(c *conn, req *mc.Request, now time.Time) verdict {
 	b, pending := c.bucket, command.PendingUnits(req, s.limits().WriteUnitSize)
 	// A refusal right after a second boundary that housekeeping has not
 	// ticked yet would be wrong: end the second here and ask again.
 	if s.throttle.Check(b.Throttle(), pending) || (s.tick(now) && s.throttle.Check(b.Throttle(), pending)) {
+		c.pending = max(pending, 1)
 		if !c.parkedSince.IsZero() {
 			c.throttledFor = now.Sub(c.parkedSince)
 			b.Throttle().AddWait(c.throttledFor)
@@ -280,14 +284,18 @@ func (c *conn) addReq(b *work.Batch, req *mc.Request) *command.Request {
 	r.Throttled, c.throttledFor = c.throttledFor, 0
 	r.Start = c.cmdStart
 	r.DL, r.Grant, c.dl, c.grant = c.dl, c.grant, nil, ingress.Grant{}
+	if c.pending > 0 { // a throttled connection's: hold its units until meter charges it
+		r.Hold, c.pending = c.srv.throttle.Hold(c.bucket.Throttle(), c.pending), 0
+	}
 	if c.txt != nil {
 		c.txt.Reply(&r.Txt, &r.Aux)
 	}
 	return r
 }
 
-// meter counts a command that ran in its bucket and charges a command that
-// succeeded its units (command.Units); workers call it (work.Options).
+// meter counts a command that ran in its bucket, charges a command that
+// succeeded its units (command.Units), and releases the units its
+// admission held; workers call it (work.Options).
 func (s *Server) meter(bk *catalog.Bucket, r *command.Request) {
 	bk.Throttle().CountCommand()
 	if r.Txt.Text() {
@@ -297,6 +305,7 @@ func (s *Server) meter(bk *catalog.Bucket, r *command.Request) {
 		command.Units(r, s.limits().ReadUnitSize, s.limits().WriteUnitSize)
 		s.throttle.Charge(bk.Throttle(), r.RU, r.WU)
 	}
+	r.Hold.Release()
 }
 
 // bucketState is the server's own per-bucket state, which the catalog

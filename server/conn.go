@@ -73,6 +73,8 @@ type conn struct {
 	dl    *ingress.BucketDeadline // the gate of the admitted command's bucket; nil when it holds no grant
 	grant ingress.Grant           // the admitted command's deadline grant
 
+	pending int64 // the throttle-admitted command's units, held once it joins a batch (addReq)
+
 	out       []byte             // replies of this pass, written once at the end (lent by scratch)
 	peek      []byte             // value buffer of GETs answered on the loop (lent by scratch)
 	scratch   *netmem.Scratch    // its event loop's buffers, which out and peek are during a pass

@@ -29,7 +29,8 @@ import (
 //     throttled by fairness, and once it is, the spare is gone and the
 //     shares bind.
 //
-// Check, before a command runs, with the units known up front:
+// Check, before a command runs, with the units known up front and the
+// units that commands admitted before it hold (Admit):
 //  1. bucket usage below its effective reservation → run;
 //  2. free pool or node capacity exhausted → throttle;
 //  3. a finite hard limit reached → throttle;
@@ -210,8 +211,66 @@ func (t *Throttle) SetLimits(b *BucketThrottle, reserved, hardLimit int64) {
 	t.mu.Unlock()
 }
 
+// Admit is Check, then Hold for a command that may run.
+func (t *Throttle) Admit(b *BucketThrottle, pending int64) (Hold, bool) {
+	if !t.Check(b, pending) {
+		return Hold{}, false
+	}
+	return t.Hold(b, pending), true
+}
+
+// Hold holds the pending units of a command Check admitted, which will not
+// be charged at once, in the gauges it will be charged to (the bucket's,
+// and the free pool's and the spare's for the part above the bucket's
+// reservation) until the returned Hold is released, which the caller does
+// once it has charged the command's actual units, or when the command will
+// not run after all. Later checks count what is held as used, so the
+// commands a pipeline or many connections have admitted and not yet
+// charged cannot all pass against the same gauges: the node stays within
+// its capacity plus about one command per bucket (SPEC section 9). A
+// bucket whose reservation is unlimited holds nothing.
+func (t *Throttle) Hold(b *BucketThrottle, pending int64) Hold {
+	eff := b.effective.Load()
+	if eff < 0 {
+		return Hold{}
+	}
+	h := Hold{t: t, b: b, units: max(pending, 1)}
+	h.free = min(h.units, max(0, b.used.Value()+b.used.Held()+h.units-eff))
+	if h.free > 0 {
+		h.spare = min(h.free, max(0, b.freeUsed.Value()+b.freeUsed.Held()+h.free-b.share.Load()))
+	}
+	b.used.Hold(h.units)
+	b.freeUsed.Hold(h.free)
+	t.free.Hold(h.free)
+	t.spareUse.Hold(h.spare)
+	return h
+}
+
+// A Hold is the units an admitted command holds in its throttle's gauges
+// (Throttle.Hold). The zero Hold holds nothing. Release it exactly once.
+type Hold struct {
+	t                  *Throttle
+	b                  *BucketThrottle
+	units, free, spare int64
+}
+
+// Release gives the held units back. Charge the command's actual units
+// first, so that no check in between sees them neither held nor charged.
+// It clears h, so a second Release does nothing.
+func (h *Hold) Release() {
+	if h.b == nil {
+		return
+	}
+	h.b.used.Unhold(h.units)
+	h.b.freeUsed.Unhold(h.free)
+	h.t.free.Unhold(h.free)
+	h.t.spareUse.Unhold(h.spare)
+	*h = Hold{}
+}
+
 // Check reports whether a throttled connection's command expected to use
-// pending units may run now. It does not charge anything.
+// pending units may run now, counting the units that admitted commands
+// hold as used. It neither holds nor charges anything.
 func (t *Throttle) Check(b *BucketThrottle, pending int64) bool {
 	eff := b.effective.Load()
 	if eff < 0 || b.used.Below(eff, pending) {

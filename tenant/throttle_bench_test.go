@@ -60,6 +60,8 @@ func BenchmarkCheck(b *testing.B) {
 	})
 }
 
+// BenchmarkCheckCharge is the throttle path of a command answered on the
+// loop (a resident GET): Check, then Charge at once.
 func BenchmarkCheckCharge(b *testing.B) {
 	for _, path := range []string{"reserved", "freepool"} {
 		b.Run(path, func(b *testing.B) {
@@ -73,14 +75,35 @@ func BenchmarkCheckCharge(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkAdmitCharge is the throttle path of a command that runs on a
+// worker: Admit (the check, and the hold of its units), then Charge and
+// Release once it ran.
+func BenchmarkAdmitCharge(b *testing.B) {
+	for _, path := range []string{"reserved", "freepool"} {
+		b.Run(path, func(b *testing.B) {
+			th, bt := benchThrottle(path)
+			b.ReportAllocs()
+			for b.Loop() {
+				h, ok := th.Admit(bt, 1)
+				if !ok {
+					b.Fatal("refused")
+				}
+				th.Charge(bt, 1, 0)
+				h.Release()
+			}
+		})
+	}
 	// Every goroutine on the same bucket: the worst case for the shared gauges.
 	b.Run("freepool/parallel", func(b *testing.B) {
 		th, bt := benchThrottle("freepool")
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if th.Check(bt, 1) {
+				if h, ok := th.Admit(bt, 1); ok {
 					th.Charge(bt, 1, 0)
+					h.Release()
 				}
 			}
 		})
@@ -105,13 +128,14 @@ func TestThrottleHotPathDoesNotAllocate(t *testing.T) {
 	for _, path := range []string{"reserved", "freepool"} {
 		th, bt := benchThrottle(path)
 		allocs := testing.AllocsPerRun(1000, func() {
-			if th.Check(bt, 1) {
+			if h, ok := th.Admit(bt, 1); ok {
 				th.Charge(bt, 1, 0)
+				h.Release()
 			}
 			th.Charge(bt, 0, 3)
 		})
 		if allocs != 0 {
-			t.Errorf("%s: Check+Charge allocated %v times per run, want 0", path, allocs)
+			t.Errorf("%s: Admit+Charge+Release allocated %v times per run, want 0", path, allocs)
 		}
 	}
 }
@@ -133,7 +157,7 @@ func TestThrottleTickDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// Check and Charge from many goroutines while another ticks and changes
+// Admit, Charge and Release from many goroutines while another ticks and changes
 // settings: run with -race. Every admitted command is charged exactly once.
 func TestThrottleConcurrentUse(t *testing.T) {
 	th := tenant.NewThrottle(20000, thrBase)
@@ -146,8 +170,12 @@ func TestThrottleConcurrentUse(t *testing.T) {
 			b.Attach()
 			defer b.Detach()
 			for i := range 20000 {
-				if g == 7 || th.Check(b, 1) { // goroutine 7 is Unthrottled
+				if g == 7 { // goroutine 7 is Unthrottled
 					th.Charge(b, 1, 0)
+					admitted.Add(1)
+				} else if h, ok := th.Admit(b, 1); ok {
+					th.Charge(b, 1, 0)
+					h.Release()
 					admitted.Add(1)
 				}
 				if i%1000 == 0 {

@@ -620,3 +620,77 @@ func TestThrottleLoweredLimitLeavesNoDebt(t *testing.T) {
 		t.Errorf("next second ran %d, want the full new limit 2000 (no carried debt)", n)
 	}
 }
+
+// SPEC 9: node usage stays ≤ capacity (+ one command's units per bucket)
+// when commands are admitted in batches and charged only after they ran, as
+// a pipeline's are. Admit holds each admitted command's units until its
+// Hold is released, so the commands admitted before it count: a hard limit,
+// the free pool and a reservation each stop a batch where the charged
+// units would pass them. A bucket within its reservation is not stopped by
+// what others hold of the free pool.
+func TestThrottleAdmitHoldsUntilCharged(t *testing.T) {
+	th := tenant.NewThrottle(100, thrBase)
+	hard := th.Add("hard", 0, 30)
+	batch := func(b *tenant.BucketThrottle, pending int64) []tenant.Hold {
+		var hs []tenant.Hold
+		for {
+			h, ok := th.Admit(b, pending)
+			if !ok {
+				return hs
+			}
+			hs = append(hs, h)
+		}
+	}
+	settle := func(b *tenant.BucketThrottle, hs []tenant.Hold, units int64) {
+		for i := range hs {
+			th.Charge(b, 0, units)
+			hs[i].Release()
+			hs[i].Release() // a second Release does nothing
+		}
+	}
+	if hs := batch(hard, 10); len(hs) != 3 {
+		t.Fatalf("hard limit 30: a batch of 10-unit commands admitted %d, want 3", len(hs))
+	} else {
+		hs[2].Release() // one of them will not run after all: its units go back
+		if more := batch(hard, 10); len(more) != 1 {
+			t.Fatalf("after one hold was released, %d more admitted, want 1", len(more))
+		} else {
+			settle(hard, append(hs[:2], more...), 10)
+		}
+	}
+	if used := hard.Stats().Used; used != 30 {
+		t.Errorf("hard: %d units charged, want 30", used)
+	}
+	if _, ok := th.Admit(hard, 1); ok {
+		t.Errorf("hard: a command admitted past its hard limit once the holds were charged")
+	}
+
+	// The free pool: 100 − the slow-start reservation of "res" (50/10 =
+	// 5), of which "hard" took 30.
+	pool := th.Add("pool", 0, unl)
+	res := th.Add("res", 50, unl)
+	st := th.Stats()
+	left := st.FreePool - st.FreeUsed
+	hs := batch(pool, 10)
+	if n := int64(len(hs)); n*10 > left || (n+1)*10 <= left {
+		t.Errorf("pool: a batch admitted %d commands of 10 units with %d units of the free pool left", n, left)
+	}
+	if h, ok := th.Admit(res, 5); !ok {
+		t.Errorf("res: a command within its reservation refused while the free pool is held by another bucket")
+	} else {
+		th.Charge(res, 0, 5)
+		h.Release()
+	}
+	settle(pool, hs, 10)
+	st = th.Stats()
+	if st.NodeUsed > st.Capacity {
+		t.Errorf("node used %d units of a capacity of %d", st.NodeUsed, st.Capacity)
+	}
+
+	// An unlimited reservation turns throttling off: nothing is held.
+	off := th.Add("off", unl, unl)
+	h, ok := th.Admit(off, 1000)
+	if !ok || h != (tenant.Hold{}) {
+		t.Errorf("a bucket with an unlimited reservation: admitted %v, hold %+v; want admitted, no hold", ok, h)
+	}
+}

@@ -456,3 +456,75 @@ func TestThrottleReportUnitUsage(t *testing.T) {
 		t.Errorf("without ReportUnitUsage the reply has magic 0x%02x, want 0x81", res.Magic)
 	}
 }
+
+// TestThrottlePipelinesHoldTheirUnits: SPEC 9's "node usage stays ≤
+// capacity (+ one command's units per bucket)" for clients that pipeline.
+// Four connections of one bucket that has only the free pool (node
+// capacity 100, reserved 0) each send 15 SETs of 10 write units in one
+// write. The throttle checks a command before it runs and charges it after,
+// so without the units of admitted commands held from check to charge,
+// every command a batch collected passed against the same gauges (up to 300
+// units in one second here before the hold). Each finished second's node usage
+// must stay within the capacity, one command's units for the bucket, and
+// one more for the two event loops' check-then-hold race (gauge package).
+func TestThrottlePipelinesHoldTheirUnits(t *testing.T) {
+	t.Parallel()
+	const capacity, conns, perConn, units = 100, 4, 15, 10
+	// Pools of 128 tickets, so that a batch can collect a whole pipeline.
+	probe := map[string]any{"min": 32, "max": 128, "initial": 128}
+	k := startKVD(t, throttleConfig(t, map[string]any{"node_capacity": capacity, "ingress": map[string]any{"probe": probe}},
+		bucketConfig("tiny", 0, "unlimited")))
+	admin := login(t, k.Addr, "admin", "admin-pw", "")
+	value := strings.Repeat("v", units*1024-10)
+	done := make(chan error, conns)
+	for i := range conns {
+		c := login(t, k.Addr, "tenant", "tenant-pw", "tiny")
+		var pipe []byte
+		for j := range perConn {
+			key := fmt.Sprintf("c%d-%02d", i, j)
+			pipe = mc.AppendRequest(pipe, reqWith(mc.OpSet, uint32(j+1), mc.AppendSetExtras(nil, 0, 0), key, value))
+		}
+		c.write(pipe)
+		go func() {
+			got, err := readReplies(c.nc, c.r, perConn, 60*time.Second)
+			for j, res := range got {
+				if err == nil && res.Status != mc.StatusOK {
+					err = fmt.Errorf("SET %d: status 0x%02x %q", j+1, uint16(res.Status), res.Value)
+				}
+			}
+			if err == nil && len(got) != perConn {
+				err = fmt.Errorf("%d of %d replies", len(got), perConn)
+			}
+			done <- err
+		}()
+	}
+	seconds := map[int64]int64{} // tick → node usage of the second before it
+	for finished := 0; finished < conns; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			finished++
+		case <-time.After(50 * time.Millisecond):
+		}
+		st := admin.statGroup("throttle")
+		tick, err1 := strconv.ParseInt(st["ticks"], 10, 64)
+		used, err2 := strconv.ParseInt(st["node_units_last_second"], 10, 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("STAT throttle: ticks %q, node_units_last_second %q", st["ticks"], st["node_units_last_second"])
+		}
+		seconds[tick] = used
+	}
+	var peak, total int64
+	for _, used := range seconds {
+		peak, total = max(peak, used), total+used
+	}
+	t.Logf("%d seconds, node usage per second %v, peak %d", len(seconds), seconds, peak)
+	if limit := int64(capacity + 2*units); peak > limit {
+		t.Errorf("a second used %d units of a node capacity of %d, want <= %d", peak, capacity, limit)
+	}
+	if total < conns*perConn*units/2 {
+		t.Errorf("the seconds seen add up to %d units of the %d written: too few to tell", total, conns*perConn*units)
+	}
+}
