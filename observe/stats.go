@@ -187,6 +187,7 @@ type bucketDetail struct {
 	EffectiveReserved int64        `json:"throttle_effective_reserved"`
 	FreePoolShare     int64        `json:"throttle_free_pool_share"`
 	UnitsThisSecond   int64        `json:"units_this_second"`
+	UnitsHeld         int64        `json:"units_held"` // by admitted commands not charged yet
 	Items             int64        `json:"curr_items"`
 	TextCommands      int64        `json:"text_commands"`   // data commands over text/meta
 	BinaryCommands    int64        `json:"binary_commands"` // num_commands - text_commands
@@ -227,7 +228,8 @@ func (v *View) detailOf(b *catalog.Bucket) bucketDetail {
 		NumThrottled: st.Throttled, NumRejected: st.Rejected, ThrottleWaitTime: st.WaitUS,
 		ThrottleReserved: tenant.Limit(st.Reserved), ThrottleHardLimit: tenant.Limit(st.HardLimit),
 		EffectiveReserved: st.EffectiveReserved, FreePoolShare: st.Share, UnitsThisSecond: st.Used,
-		Items: b.Store().ItemCount(), TextCommands: txt, BinaryCommands: st.Commands - txt,
+		UnitsHeld: st.Held,
+		Items:     b.Store().ItemCount(), TextCommands: txt, BinaryCommands: st.Commands - txt,
 
 		DeadlineMS: dl.Deadline.Milliseconds(), DeadlinePercentile: dl.Percentile,
 		ExpectedExecutionUS: dl.ExpectedExecution.Microseconds(),
@@ -290,6 +292,7 @@ func (v *View) Throttle(emit Emit) {
 	emitInt(emit, "free_pool_used", st.FreeUsed)
 	emitInt(emit, "free_pool_spare", st.Spare)
 	emitInt(emit, "free_pool_spare_used", st.SpareUsed)
+	emitInt(emit, "free_pool_held", st.FreeHeld)
 	emitInt(emit, "node_units_this_second", st.NodeUsed)
 	emitInt(emit, "node_units_last_second", st.LastSecond)
 	emitInt(emit, "ticks", st.Ticks)

@@ -498,6 +498,8 @@ type BucketStats struct {
 	Name                                                   string
 	Clients, RU, WU, Commands, Throttled, Rejected, WaitUS int64
 	Reserved, HardLimit, EffectiveReserved, Share, Used    int64
+	// Held is the units admitted commands hold, not charged yet (Hold).
+	Held int64
 	// Refused is the pending units Check refused, in total: with the
 	// units charged (RU+WU), the bucket's demand on this node.
 	Refused int64
@@ -509,7 +511,7 @@ func (b *BucketThrottle) Stats() BucketStats {
 		Name: b.name, Clients: b.clients.Load(), RU: b.ru.Load(), WU: b.wu.Load(),
 		Commands: b.commands.Load(), Throttled: b.throttled.Load(), Rejected: b.rejected.Load(),
 		WaitUS: b.waitUS.Load(), Reserved: b.reserved.Load(), HardLimit: b.hardLimit.Load(),
-		EffectiveReserved: b.effective.Load(), Share: b.share.Load(), Used: b.used.Value(),
+		EffectiveReserved: b.effective.Load(), Share: b.share.Load(), Used: b.used.Value(), Held: b.used.Held(),
 		Refused: b.refused.Load(),
 	}
 }
@@ -517,13 +519,14 @@ func (b *BucketThrottle) Stats() BucketStats {
 // NodeStats is a snapshot of the node's throttle figures.
 type NodeStats struct {
 	Capacity, FreePool, FreeUsed, Spare, SpareUsed, NodeUsed, LastSecond, Ticks int64
+	FreeHeld                                                                    int64 // of the free pool, held by admitted commands (Hold)
 	TickStart                                                                   time.Time
 }
 
 // Stats returns a snapshot of the node's figures.
 func (t *Throttle) Stats() NodeStats {
 	return NodeStats{
-		Capacity: t.capacity.Load(), FreePool: t.freeCap.Load(), FreeUsed: t.free.Value(),
+		Capacity: t.capacity.Load(), FreePool: t.freeCap.Load(), FreeUsed: t.free.Value(), FreeHeld: t.free.Held(),
 		Spare: t.spare.Load(), SpareUsed: t.spareUse.Value(),
 		NodeUsed: t.node.Value(), LastSecond: t.lastNode.Load(), Ticks: t.ticks.Load(),
 		TickStart: t.window.Start(),

@@ -109,6 +109,7 @@ type bucketStat struct {
 	ThrottleWaitTime  int64           `json:"throttle_wait_time"`
 	ThrottleReserved  json.RawMessage `json:"throttle_reserved"`
 	ThrottleHardLimit json.RawMessage `json:"throttle_hard_limit"`
+	UnitsHeld         int64           `json:"units_held"`
 }
 
 // limits returns the reserved and hard limit as text: "300", "unlimited".

@@ -410,9 +410,14 @@ func TestIngressQueueTimeout(t *testing.T) {
 func TestIngressNoLeak(t *testing.T) {
 	metrics := freeAddr(t)
 	// Pools of 4..16 tickets: 16 clients make commands queue, so closes
-	// cancel queued work too; the prober resizes the pools meanwhile.
-	k := startKVD(t, ingressConfig(t, map[string]any{"probe": map[string]any{"min": 4, "max": 16}},
-		map[string]any{"wal_sync": false}), "--metrics-listen", metrics)
+	// cancel queued work too; the prober resizes the pools meanwhile. The
+	// bucket is throttled through the free pool (reserved 0) of a node too
+	// large to hold anything back, so every command holds its units in the
+	// throttle from admission to its charge, and every hold must end.
+	k := startKVD(t, throttleConfig(t, map[string]any{
+		"wal_sync": false, "anonymous_bucket": "default", "node_capacity": int64(1e12),
+		"ingress": map[string]any{"probe": map[string]any{"min": 4, "max": 16}},
+	}, bucketConfig("default", 0, nil)), "--metrics-listen", metrics)
 	obs := login(t, k.Addr, "admin", "admin-pw", "")
 	baseline := idleGoroutines(t, metrics)
 
@@ -453,6 +458,12 @@ func TestIngressNoLeak(t *testing.T) {
 	t.Logf("ingress: %d started, %d queued, %d canceled", s["ingress_started"], s["ingress_added_to_queue"], s["ingress_canceled"])
 	if s["ingress_added_to_queue"] == 0 || s["ingress_canceled"] == 0 {
 		t.Errorf("%d commands queued and %d canceled: the churn did not reach the queue's paths", s["ingress_added_to_queue"], s["ingress_canceled"])
+	}
+	d, th := obs.bucketStat("default"), obs.statGroup("throttle")
+	t.Logf("throttle: %d commands, %d throttled, units held %d, free pool held %s", d.NumCommands, d.NumThrottled, d.UnitsHeld, th["free_pool_held"])
+	if d.UnitsHeld != 0 || th["free_pool_held"] != "0" || d.NumThrottled != 0 {
+		t.Errorf("after the churn: %d units held in bucket default, %s in the free pool, %d commands throttled; want 0, 0, 0",
+			d.UnitsHeld, th["free_pool_held"], d.NumThrottled)
 	}
 	waitGoroutines(t, metrics, baseline)
 }
