@@ -260,7 +260,9 @@ func TestTextBinarySharedGauge(t *testing.T) {
 
 // TestTextAdmissionRefusal: a command that waits past max_throttle_wait_ms
 // is answered with one SERVER_ERROR line carrying binary's reason, and the
-// connection stays usable.
+// connection stays usable. A classic noreply command refused the same way
+// gets no line, as memcached sends a noreply command none, errors included:
+// the next line is the next command's reply.
 func TestTextAdmissionRefusal(t *testing.T) {
 	t.Parallel()
 	k := startKVD(t, throttleConfig(t, map[string]any{"anonymous_bucket": "drip", "max_throttle_wait_ms": 1000},
@@ -275,6 +277,14 @@ func TestTextAdmissionRefusal(t *testing.T) {
 	}
 	c.call("version after the refusal", "version\r\n", "VERSION 1.6.18 kvd-0.1.0")
 	c.call("stats after the refusal", "stats nothing\r\n", "ERROR")
+	start := time.Now()
+	c.send("set q 0 0 1 noreply\r\nv\r\nversion\r\n")
+	if got, err := c.line(10 * time.Second); err != nil || got != "VERSION 1.6.18 kvd-0.1.0" {
+		t.Fatalf("a noreply set behind the carry-over, then version: %q %v; want the version line alone", got, err)
+	}
+	if took := time.Since(start); took < time.Second {
+		t.Errorf("the version after a parked noreply set came after %v: the set was not held for max_throttle_wait_ms", took)
+	}
 }
 
 // TestTextDeadlineRefusal: a text or meta command the deadline gate

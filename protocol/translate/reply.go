@@ -130,7 +130,7 @@ type Result struct {
 // seconds) is when the reply is made, what a remaining TTL and the seconds
 // since the last access count from; it is read only when res.Expiry is
 // set, or res.Accessed and r.ShowsLastAccess. A refusal is one "SERVER_ERROR
-// <reason>" line with binary's reason.
+// <reason>" line with binary's reason, none for a classic noreply.
 func (r *Reply) Append(dst []byte, res *Result, now int64) []byte {
 	if r.tooBig {
 		if r.silent {
@@ -140,6 +140,9 @@ func (r *Reply) Append(dst []byte, res *Result, now int64) []byte {
 	}
 	o, ok := r.outcome(res, now)
 	if !ok {
+		if r.noreply { // as Session.Refuse: no reply means no error line either
+			return dst
+		}
 		if res.Status == mc.StatusTooBig {
 			return text.AppendServerError(dst, reasonNoMemory)
 		}

@@ -346,11 +346,16 @@ func (s *Session) Current() *Reply {
 }
 
 // Refuse appends the text refusal of the request being admitted:
-// SERVER_ERROR with the reason binary gives. The rest of a multi-get is
-// dropped.
+// SERVER_ERROR with the reason binary gives, nothing for a classic
+// noreply (memcached sends a noreply command no reply, its errors
+// included: a client that asked for none would take the line for the
+// reply of its next command). The rest of a multi-get is dropped.
 func (s *Session) Refuse(dst []byte, reason string) []byte {
 	if s.cur.kind.Retrieval() {
 		s.abort = true
+	}
+	if s.cur.noreply {
+		return dst
 	}
 	return text.AppendServerError(dst, reason)
 }
