@@ -110,7 +110,7 @@ func Exec(bk *catalog.Bucket, r *Request, now uint32) {
 		res, err = bk.Store().ArithItem(r.Key, engine.ArithArgs{Incr: op == binary.OpIncrement,
 			Delta: delta, Initial: initial, Expiry: ExpiryAt(exp, now), Create: exp != NoCreate,
 			CAS: r.Hdr.CAS, Touch: touch, NewExpiry: ExpiryAt(ttl, now)}, now)
-		r.Num, r.CAS, r.Exp, r.Made = res.Value, res.CAS, res.Expiry, res.Created
+		r.Num, r.CAS, r.Exp, r.Made, r.Size = res.Value, res.CAS, res.Expiry, res.Created, res.Read
 		hits, misses := &bk.Counters.IncrHits, &bk.Counters.IncrMisses
 		if op == binary.OpDecrement {
 			hits, misses = &bk.Counters.DecrHits, &bk.Counters.DecrMisses
@@ -286,9 +286,9 @@ func Units(r *Request, rus, wus int) {
 		r.RU, r.WU = UnitsOf(k+r.Size-len(r.Value), rus), UnitsOf(k+r.Size, wus)
 	case binary.OpDelete:
 		r.WU = 1
-	case binary.OpIncrement, binary.OpDecrement:
+	case binary.OpIncrement, binary.OpDecrement: // the value read, the digits written
 		n := len(strconv.AppendUint(r.Res[:0], r.Num, 10))
-		r.RU, r.WU = UnitsOf(k+n, rus), UnitsOf(k+n, wus)
+		r.RU, r.WU = UnitsOf(k+r.Size, rus), UnitsOf(k+n, wus)
 	case binary.OpTouch:
 		r.WU = UnitsOf(k+len(r.Res), wus)
 	case binary.OpGAT, binary.OpGATK:

@@ -29,7 +29,7 @@ type Request struct {
 	Res    []byte // value read (GET, GAT)
 	Exp    uint32 // the item's expiry (GET, GAT, arithmetic): absolute, 0 = never
 	Made   bool   // arithmetic created the item
-	Size   int    // resulting value length (APPEND, PREPEND)
+	Size   int    // resulting value length (APPEND, PREPEND); the value read's (INCR, DECR)
 	Mut    bool   // a mutation succeeded: needs the WAL sync before its ack
 	// A meta get's item states (engine.Lease): stale, its win token
 	// handed out before, won by this command (which then wrote the item).

@@ -501,12 +501,15 @@ type ArithArgs struct {
 }
 
 // ArithResult is what ArithItem did: the new value and CAS, the item's
-// expiry (absolute, 0 = never) and whether the miss created the item.
+// expiry (absolute, 0 = never), whether the miss created the item, and
+// the length of the value it read (0 when it created the item): what the
+// command is charged for its read.
 type ArithResult struct {
 	Value   uint64
 	CAS     uint64
 	Expiry  uint32
 	Created bool
+	Read    int
 }
 
 // ArithItem is Arith that also reports the item's expiry and whether it
@@ -514,10 +517,10 @@ type ArithResult struct {
 // expiry on success (a.Touch).
 func (b *Bucket) ArithItem(key []byte, a ArithArgs, now uint32) (ArithResult, error) {
 	var n, newCAS uint64
-	created := false
+	created, read := false, 0
 	var h header
 	err := b.mutate(key, now, true, func(ik []byte, cur current) error {
-		created = false
+		created, read = false, 0
 		if cur.live {
 			if len(cur.value) == 0 {
 				return ErrNonNumeric // before the CAS, as memcached's do_add_delta
@@ -532,7 +535,7 @@ func (b *Bucket) ArithItem(key []byte, a ArithArgs, now uint32) (ArithResult, er
 			if !ok {
 				return ErrNonNumeric
 			}
-			n, h = applyDelta(old, a.Incr, a.Delta), cur.h
+			n, h, read = applyDelta(old, a.Incr, a.Delta), cur.h, len(cur.value)
 		case a.Create:
 			n, h, created = a.Initial, header{expiry: a.Expiry}, true
 		default:
@@ -549,7 +552,7 @@ func (b *Bucket) ArithItem(key []byte, a ArithArgs, now uint32) (ArithResult, er
 	if err != nil {
 		return ArithResult{}, err
 	}
-	return ArithResult{Value: n, CAS: newCAS, Expiry: h.expiry, Created: created}, nil
+	return ArithResult{Value: n, CAS: newCAS, Expiry: h.expiry, Created: created, Read: read}, nil
 }
 
 func applyDelta(v uint64, incr bool, delta uint64) uint64 {

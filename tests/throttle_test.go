@@ -424,7 +424,8 @@ func TestThrottleSlowStart(t *testing.T) {
 
 // TestThrottleReportUnitUsage: with ReportUnitUsage, replies come in 0x18
 // framing with the units as frame infos: a GET of 5000 bytes costs 2 RU
-// (id 1), a SET of 3000 bytes 3 WU (id 2). Misses cost nothing; without the
+// (id 1), a SET of 3000 bytes 3 WU (id 2), an INCR of a 9000-byte number
+// 3 RU and 1 WU. Misses cost nothing; without the
 // feature replies stay classic.
 func TestThrottleReportUnitUsage(t *testing.T) {
 	t.Parallel()
@@ -447,6 +448,13 @@ func TestThrottleReportUnitUsage(t *testing.T) {
 	if res := units("GET 5000 bytes", reqWith(mc.OpGet, 3, nil, "r5000", ""), map[uint16]uint16{1: 2}); len(res.Value) != 5000 {
 		t.Errorf("GET r5000: %d bytes", len(res.Value))
 	}
+	// INCR costs the value it read and the digits it wrote (an audit found
+	// the digits charged for both: 1 RU for a 100,000-byte value).
+	units("SET 9000 digits", reqWith(mc.OpSet, 6, mc.AppendSetExtras(nil, 0, 0), "n9000", strings.Repeat("0", 8999)+"5"), map[uint16]uint16{2: 9})
+	if res := units("INCR of 9000 digits", reqWith(mc.OpIncrement, 7, mc.AppendArithExtras(nil, 1, 0, 0), "n9000", ""), map[uint16]uint16{1: 3, 2: 1}); string(res.Value) != "\x00\x00\x00\x00\x00\x00\x00\x06" {
+		t.Errorf("INCR n9000: value % x, want 6", res.Value)
+	}
+	units("INCR creating", reqWith(mc.OpIncrement, 8, mc.AppendArithExtras(nil, 1, 41, 0), "made", ""), map[uint16]uint16{1: 1, 2: 1})
 	miss := c.expectStatus("GET a miss", reqWith(mc.OpGet, 4, nil, "nothing", ""), mc.StatusKeyNotFound)
 	if got := frameInfos(t, miss.FrameInfo); got[1] != 0 || got[2] != 0 {
 		t.Errorf("a miss reported units %v: a failed command costs nothing", got)
