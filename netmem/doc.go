@@ -23,13 +23,16 @@
 //     be closed;
 //   - while its unsent replies pass [Limits].ConnOutput it is paused for
 //     output, until they drain under half of it;
-//   - while a batch of its commands runs, or its output or memory stops it
-//     ([Busy]), it is not read: a client that pipelines faster than its
-//     commands run is pushed back by TCP, and a client's end of file, on
-//     which gnet closes the connection, waits in the socket until every
-//     command before it is answered; while its next command waits for a
-//     ticket or the throttle ([Waiting]) it is read up to [Limits].ConnWaiting,
-//     so that a client that leaves is seen and its command leaves the wait;
+//   - while a batch of its commands runs, its next command waits for a
+//     ticket or the throttle, or its output or memory stops it ([Busy]), it
+//     is not read: a client that pipelines faster than its commands run is
+//     pushed back by TCP, and a client's end of file, on which gnet closes
+//     the connection, waits in the socket until every command before it is
+//     answered. (A client that leaves while its command waits is therefore
+//     seen when the command has run, unless its socket is reset: a bulk
+//     load that half-closes after its last command must not lose the
+//     commands still waiting, as it did while waiting connections were read
+//     on to see a client leave);
 //   - while gnet holds replies its socket did not take, it is not read
 //     either, as memcached does not read while it writes: gnet closes a
 //     connection whose end of file it reads and drops what it could not

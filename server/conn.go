@@ -294,7 +294,7 @@ func (c *conn) outputFull() bool {
 func (c *conn) account() gnet.Action {
 	s := c.srv
 	lim := netmem.Limits{Budget: s.limits().MaxBufferBytes, ConnOutput: s.opts.MaxConnOutput,
-		ConnWaiting: netmem.WaitingInput, ConnBuffer: s.opts.MaxConnBuffer}
+		ConnBuffer: s.opts.MaxConnBuffer}
 	if s.flow.Account(&c.mem, c.gc.InboundBuffered(), c.gc.OutboundBuffered(), c.frame, c.stall(), lim) {
 		return gnet.Close
 	}
@@ -303,11 +303,8 @@ func (c *conn) account() gnet.Action {
 
 // stall is what the input waits for besides its own next bytes (netmem).
 func (c *conn) stall() netmem.Stall {
-	switch {
-	case c.queued || !c.parkedSince.IsZero():
-		return netmem.Waiting // for a ticket, a login's turn or the throttle
-	case c.inflight != nil || c.stopped || c.quitting:
-		return netmem.Busy // for a batch, an output stop or QUIT
+	if c.queued || !c.parkedSince.IsZero() || c.inflight != nil || c.stopped || c.quitting {
+		return netmem.Busy // for a ticket, a login's turn, the throttle, a batch, an output stop or QUIT
 	}
 	return netmem.NotStalled
 }
