@@ -227,7 +227,7 @@ func (c *Controller) refusalLocked(pool Pool, b *Bucket, w Waiter, bytes int64) 
 		return Rejected, b.deleted
 	case c.mem.tooLarge(bytes):
 		c.mem.rejected++
-		return TooLarge, fmt.Sprintf("value of %d bytes exceeds max_inflight_bytes=%d", bytes, c.mem.limit)
+		return TooLarge, fmt.Sprintf("value of %d bytes exceeds max_inflight_bytes=%d, in bucket %s", bytes, c.mem.limit, b.name)
 	case c.limits.maxDepth == NoQueue || q >= c.limits.maxDepth:
 		b.st.NumQueueFull++
 		return Rejected, b.nodeFullLocked(pool, max(c.limits.maxDepth, 0), q)

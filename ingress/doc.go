@@ -18,7 +18,7 @@
 // reason to send: "queue full, limit=100000, queued=100000" for the node's depth,
 // "queue full, limit=4, queued=4 in bucket b1" for the bucket's MaxQueued, "bucket b1
 // was deleted") or TooLarge (the value alone exceeds the memory budget: "value of N
-// bytes exceeds max_inflight_bytes=M"). A waiter that waited longer than its bucket's
+// bytes exceeds max_inflight_bytes=M, in bucket B"). A waiter that waited longer than its bucket's
 // QueueTimeout (else the node's) is Expired by the next Tick or Expire ("timed out after 5 ms in
 // bucket b1"; "… in the write queue" for work of no bucket); RemoveBucket Expires its
 // bucket's waiters with "bucket b1 was deleted". Exempt work (commands that are not data

@@ -14,7 +14,7 @@ func TestMemoryTooLarge(t *testing.T) {
 	c, _ := newTest(t, 4, 4, Options{MaxInflightBytes: 4 * mib})
 	b := mustBucket(t, c, "b", BucketLimits{})
 	_, d, reason := c.Acquire(Write, b, &recWaiter{}, 5*mib, at(0))
-	if d != TooLarge || reason != "value of 5242880 bytes exceeds max_inflight_bytes=4194304" || d.String() != "too large" {
+	if d != TooLarge || reason != "value of 5242880 bytes exceeds max_inflight_bytes=4194304, in bucket b" || d.String() != "too large" {
 		t.Fatalf("Acquire = %v %q", d, reason)
 	}
 	// Exactly the budget fits; a read's estimate is never too large.

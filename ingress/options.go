@@ -185,7 +185,7 @@ const (
 	// Rejected: the command may not run; the reason says why (SPEC: status 0x85).
 	Rejected
 	// TooLarge: the command's value alone exceeds MaxInflightBytes and could never be
-	// admitted (SPEC: status 0x82, "value of N bytes exceeds max_inflight_bytes=M").
+	// admitted (SPEC: status 0x82, "value of N bytes exceeds max_inflight_bytes=M, in bucket B").
 	TooLarge
 )
 

@@ -12,6 +12,7 @@ package tests
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -218,8 +219,10 @@ func TestDeleteBucketAnswersQueued(t *testing.T) {
 	waitIngressIdle(t, admin)
 }
 
-// TestQueuedDisconnectLeavesQueue: a connection that closes while its
-// command waits leaves the bucket's queue.
+// TestQueuedDisconnectLeavesQueue: a connection that is reset while its
+// command waits leaves the bucket's queue. (One that closes with an end of
+// file is not read while its command waits, so that a client that
+// half-closes after its last command gets its replies: its command runs.)
 func TestQueuedDisconnectLeavesQueue(t *testing.T) {
 	k := startKVD(t, poolConfig(t, nil, map[string]map[string]any{
 		"pool": {"max_concurrent": 1, "max_queued": 100, "queue_timeout_ms": 60000},
@@ -231,6 +234,7 @@ func TestQueuedDisconnectLeavesQueue(t *testing.T) {
 	for i := range 20 {
 		c := login(t, k.Addr, "tenant", "tenant-pw", "pool")
 		c.send(set(fmt.Sprintf("gone%d", i), value))
+		_ = c.nc.(*net.TCPConn).SetLinger(0) // a reset, not an end of file (TestHalfCloseUnderLoad)
 		_ = c.nc.Close()
 	}
 	time.Sleep(200 * time.Millisecond)
