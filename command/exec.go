@@ -151,15 +151,20 @@ func execRead(bk *catalog.Bucket, r *Request, now uint32, touch bool) error {
 	var err error
 	var exp uint32
 	st, bump := bk.Store(), r.Txt.Bumps()
-	switch {
-	case touch:
+	if touch {
 		calls, hits, misses = &cnt.CmdTouch, &cnt.TouchHits, &cnt.TouchMisses
 		exp, _ = binary.TouchExtras(r.Extras)
-		if bump {
-			it, err = st.Touch(r.Key, ExpiryAt(exp, now), now, r.Res[:0])
-		} else {
-			it, err = st.TouchNoBump(r.Key, ExpiryAt(exp, now), now, r.Res[:0])
-		}
+	}
+	// An mg whose R comes before its T judges the TTL the touch has not
+	// changed yet, as memcached applies the flags in request order: it
+	// reads first and touches below.
+	l, _ := r.Txt.Lease()
+	late := touch && l.BeforeTouch
+	switch {
+	case touch && !late && bump:
+		it, err = st.Touch(r.Key, ExpiryAt(exp, now), now, r.Res[:0])
+	case touch && !late:
+		it, err = st.TouchNoBump(r.Key, ExpiryAt(exp, now), now, r.Res[:0])
 	case bump:
 		it, err = st.Get(r.Key, now, r.Res[:0])
 	default:
@@ -167,11 +172,16 @@ func execRead(bk *catalog.Bucket, r *Request, now uint32, touch bool) error {
 	}
 	if a, ok := LeaseOf(&r.Txt, now); ok { // an mg: memcached counts a created item as a hit
 		a.Touch, a.NewExpiry = touch, ExpiryAt(exp, now)
-		if errors.Is(err, engine.ErrNotFound) && a.Vivify || err == nil && a.Wins(it) {
-			read, found := it, err == nil
+		read, found := it, err == nil
+		switch {
+		case errors.Is(err, engine.ErrNotFound) && a.Vivify || found && a.Wins(it):
 			var created bool
-			it, r.Won, created, err = st.Lease(r.Key, a, now, r.Res[:0])
+			it, r.Won, created, err = st.Lease(r.Key, a, now, r.Res[:0]) // touches too
 			if found && !created { // the read counted once, above: report the item as it found it
+				it.Fetched, it.Accessed = read.Fetched, read.Accessed
+			}
+		case late && found: // no token to hand out: the touch alone
+			if it, err = st.TouchNoBump(r.Key, a.NewExpiry, now, r.Res[:0]); err == nil {
 				it.Fetched, it.Accessed = read.Fetched, read.Accessed
 			}
 		}

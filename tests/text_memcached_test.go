@@ -354,6 +354,10 @@ func TestMetaLeases(t *testing.T) {
 		"ms r 2 T100\r\nrr\r\nmg r R200 T50 v t\r\nmg r R200 v\r\nms p 2\r\npp\r\nmg p R200 v\r\n" +
 		"md nope I\r\nmd s I C1\r\nset s 0 0 1\r\nx\r\nmd s I\r\nmg s v\r\nappend s 0 0 1\r\ny\r\nmg s v\r\n" +
 		"mg n v\r\nmg n v N10 T20 t\r\nmg n v t\r\nmd n\r\nmg n v\r\n" +
+		// R before T judges the TTL before the touch (flags in request order):
+		"ms q 1 T5\r\nx\r\nmg q v R10 T300\r\nmg q v R10 T300\r\n" + // 5 < 10: a win, then the token is out
+		"ms u 1 T200\r\nx\r\nmg u v R100 T30\r\nmg u v R100\r\n" + // 200 > 100: none until the TTL is 30
+		"ms w 1\r\nx\r\nmg w v R100 T30\r\nmg w v T30 R100\r\n" + // no TTL: none; T first: a win
 		"stats\r\n" + texttest.SentinelCommand)
 	counters := func(out []byte) []byte { // memcached's counters of the stats reply; the rest as is
 		var keep []byte

@@ -140,11 +140,14 @@ type Meta struct {
 	HasViv     bool
 	Recache    int64 // R (mg)
 	HasRecache bool
-	CAS        uint64 // C: compare CAS
-	HasCAS     bool
-	Initial    uint64 // J (ma), default 0
-	Delta      uint64 // D (ma), default 1
-	Invalidate bool   // I
+	// RecacheFirst: R came before any T (memcached applies mg's flags in
+	// request order, so R then judges the TTL T has not changed yet).
+	RecacheFirst bool
+	CAS          uint64 // C: compare CAS
+	HasCAS       bool
+	Initial      uint64 // J (ma), default 0
+	Delta        uint64 // D (ma), default 1
+	Invalidate   bool   // I
 
 	ret  [maxMetaFlags]byte // return flags in request order (c f h k l O s t b)
 	nret uint8

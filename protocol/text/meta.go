@@ -206,7 +206,7 @@ func (c *Command) metaToken(f []byte) (reply []byte, known bool) {
 		m.HasTTL = ok
 	case 'R':
 		m.Recache, ok = parseInt32(tok)
-		m.HasRecache = ok
+		m.HasRecache, m.RecacheFirst = ok, !m.HasTTL
 	case 'F':
 		if m.Flags, ok = parseFlags(tok); !ok {
 			return replyBadFormat, true // memcached sets no reason for F

@@ -71,6 +71,9 @@ type Lease struct {
 	Vivify  bool
 	Expiry  uint32
 	Recache uint32
+	// BeforeTouch: R came before the mg's T, so it judges the item's TTL
+	// before the touch, as memcached applies the flags in request order.
+	BeforeTouch bool
 }
 
 // Lease is an mg's N and R flags; ok is false for any other command. Every
@@ -86,6 +89,7 @@ func (r *Reply) Lease() (l Lease, ok bool) {
 	}
 	if m.HasRecache && m.Recache > 0 {
 		l.Recache = Expiry(m.Recache)
+		l.BeforeTouch = m.HasTTL && m.RecacheFirst
 	}
 	return l, true
 }
