@@ -43,9 +43,10 @@ const (
 // Limits are the figures one pass is accounted against. The server reads
 // them from its (reloadable) settings at each pass.
 type Limits struct {
-	Budget     int64 // max_buffer_bytes: what all connections together may hold
-	ConnOutput int   // max_conn_output: a connection's unsent replies before it stops executing
-	ConnBuffer int   // a connection's input or output past which it is closed
+	Budget      int64 // max_buffer_bytes: what all connections together may hold
+	ConnOutput  int   // max_conn_output: a connection's unsent replies before it stops executing
+	ConnWaiting int   // the input a Waiting connection may hold before it is not read (WaitingInput)
+	ConnBuffer  int   // a connection's input or output past which it is closed
 }
 
 // Stall is why a connection cannot decode what it holds now (Account).
@@ -53,15 +54,25 @@ type Stall uint8
 
 const (
 	NotStalled Stall = iota // it decodes, or waits for the rest of a frame: read
+	// Waiting: its login waits for its turn at the login gate. It is read
+	// until it holds Limits.ConnWaiting, so that a client that leaves is
+	// seen and its attempt takes no turn.
+	Waiting
 	// Busy: a batch of its commands runs, its next command waits for an
-	// ingress ticket or the throttle, or its output or memory stops it.
-	// It is not read: gnet closes a connection when it reads the client's
-	// end of file, so a client that half-closes after its last command
-	// would lose the replies still to come, and the commands still to run
-	// (a client that leaves while its command waits is seen when that
-	// command has run, or at once when its socket is reset).
+	// ingress ticket or the throttle, or its output or memory stops it. It
+	// is not read: gnet closes a connection when it reads the client's end
+	// of file, so a client that half-closes after its last command would
+	// lose the replies still to come, and the commands still to run (a
+	// client that leaves while its command waits is seen once that command
+	// has run, or at once when its socket is reset).
 	Busy
 )
+
+// WaitingInput is the server's Limits.ConnWaiting: past it a Waiting
+// connection is not read either, until half of it is left, so that a client
+// pipelining behind its login is pushed back by TCP instead of reaching
+// ConnBuffer.
+const WaitingInput = 4 << 20
 
 // Conn is what the budget does to a connection from housekeeping: wake its
 // loop for a pass, or close it. gnet.Conn has both. A Conn that also
@@ -137,7 +148,7 @@ func (b *Budget) Stats() Stats {
 const (
 	pausedOutput uint8 = 1 << iota // unsent replies over Limits.ConnOutput
 	pausedMemory                   // the node over Limits.Budget
-	pausedInput                    // stalled (Busy): not read
+	pausedInput                    // stalled (Busy, or Waiting past ConnWaiting): not read
 )
 
 // Holder is one connection's share of the budget. The connection embeds it,
@@ -251,8 +262,9 @@ func (b *Budget) publish(h *Holder, held int64) int64 {
 // want is h's pause state for the figures of this pass. Output pauses past
 // the cap and lasts until half of it; a Busy connection is not read, nor
 // one whose replies gnet still holds (gnet turns reading back on once they
-// are sent); a memory pause lasts until housekeeping lets the connection go
-// on (resume). loose is
+// are sent), nor a Waiting one past ConnWaiting until half of it is left; a
+// memory pause
+// lasts until housekeeping lets the connection go on (resume). loose is
 // what it holds besides an admitted frame: only that may pause it for
 // memory.
 func (h *Holder) want(in, out int, stall Stall, loose, total int64, lim Limits) uint8 {
@@ -260,7 +272,7 @@ func (h *Holder) want(in, out int, stall Stall, loose, total int64, lim Limits) 
 	if out > lim.ConnOutput || (h.paused&pausedOutput != 0 && out > lim.ConnOutput/2) {
 		p |= pausedOutput
 	}
-	if stall == Busy || out > 0 {
+	if stall == Busy || out > 0 || stall == Waiting && (in > lim.ConnWaiting || h.paused&pausedInput != 0 && in > lim.ConnWaiting/2) {
 		p |= pausedInput
 	}
 	if h.resume.Swap(false) {

@@ -34,7 +34,7 @@ func (f *fakeConn) SetReading(on, writing, hangup bool) error {
 	return nil
 }
 
-var testLimits = Limits{Budget: 1 << 20, ConnOutput: 256 << 10, ConnBuffer: 8 << 20}
+var testLimits = Limits{Budget: 1 << 20, ConnOutput: 256 << 10, ConnWaiting: 256 << 10, ConnBuffer: 8 << 20}
 
 func newTestBudget() *Budget { return New(slog.New(slog.NewTextHandler(io.Discard, nil))) }
 
@@ -106,6 +106,13 @@ func TestAccount(t *testing.T) {
 			{in: 128 << 10, reading: "on", inp: 1},
 			{in: 0, stall: Busy, inPaused: true, reading: "off", inp: 1}, // nothing waited: not counted
 			{in: 0, reading: "on", inp: 1},
+		}},
+		{"a waiting connection is read up to ConnWaiting, then until half of it is left", []pass{
+			{in: 256 << 10, stall: Waiting},
+			{in: 256<<10 + 1, stall: Waiting, inPaused: true, reading: "off", inp: 1},
+			{in: 128<<10 + 1, stall: Waiting, inPaused: true, inp: 1},
+			{in: 128 << 10, stall: Waiting, reading: "on", inp: 1},
+			{in: 1, stall: Busy, inPaused: true, reading: "off", inp: 2},
 		}},
 		{"input that is not stalled is read, whatever it holds", []pass{
 			{in: 512 << 10},
@@ -292,7 +299,7 @@ func TestForgetAndUnpause(t *testing.T) {
 
 // noPause are limits under which a connection never pauses: the test's
 // other connections hold their share of the node with them.
-var noPause = Limits{Budget: 1 << 40, ConnOutput: 1 << 40, ConnBuffer: 1 << 40}
+var noPause = Limits{Budget: 1 << 40, ConnOutput: 1 << 40, ConnWaiting: 1 << 40, ConnBuffer: 1 << 40}
 
 // TestTickResumesSmallestFirst: paused connections go on, the least
 // holding first, while there is room under 3/4 of the budget (each one
@@ -438,7 +445,7 @@ func TestFreeOS(t *testing.T) {
 // after gaps that double up to MaxWakeGap ticks; one whose figures changed
 // is woken at the next tick; one given room is woken whatever its gap.
 func TestTickWakesBackOff(t *testing.T) {
-	lim := Limits{Budget: 1 << 20, ConnOutput: 1 << 30, ConnBuffer: 1 << 30}
+	lim := Limits{Budget: 1 << 20, ConnOutput: 1 << 30, ConnWaiting: 1 << 30, ConnBuffer: 1 << 30}
 	b := newTestBudget()
 	h, f := newHolder("stuck")
 	other, _ := newHolder("other") // keeps the node over its budget: no room
@@ -483,7 +490,7 @@ func TestTickWakesBackOff(t *testing.T) {
 // most every ForceEvery; one with replies waiting, or holding less than
 // PauseFloor (a slow reader's few GETs), is never chosen.
 func TestTickLetsOneGoWhenStuck(t *testing.T) {
-	lim := Limits{Budget: 4 << 20, ConnOutput: 1 << 30, ConnBuffer: 1 << 30}
+	lim := Limits{Budget: 4 << 20, ConnOutput: 1 << 30, ConnWaiting: 1 << 30, ConnBuffer: 1 << 30}
 	b := newTestBudget()
 	big, _ := newHolder("big") // puts the node over its budget
 	b.Account(big, 5<<20, 0, 0, NotStalled, noPause)
@@ -535,7 +542,7 @@ func TestTickLetsOneGoWhenStuck(t *testing.T) {
 // one round; a node between 3/4 of its budget and all of it is without room
 // only while a connection is paused for memory.
 func TestLastResortFreesRoom(t *testing.T) {
-	lim := Limits{Budget: 1 << 20, ConnOutput: 1 << 30, ConnBuffer: 1 << 30}
+	lim := Limits{Budget: 1 << 20, ConnOutput: 1 << 30, ConnWaiting: 1 << 30, ConnBuffer: 1 << 30}
 	t0 := time.Unix(1000, 0)
 	t.Run("many equal holders", func(t *testing.T) {
 		b := newTestBudget()
@@ -615,7 +622,7 @@ func TestLastResortFreesRoom(t *testing.T) {
 // of commands; other holds nothing now (first must be over 224 KiB).
 func pausedPair(t *testing.T, first, second int) (b *Budget, lim Limits, other, x, y *Holder, fx, fy *fakeConn) {
 	t.Helper()
-	lim = Limits{Budget: 1 << 20, ConnOutput: 1 << 30, ConnBuffer: 1 << 30}
+	lim = Limits{Budget: 1 << 20, ConnOutput: 1 << 30, ConnWaiting: 1 << 30, ConnBuffer: 1 << 30}
 	b = newTestBudget()
 	other, _ = newHolder("other")
 	x, fx = newHolder("x")
@@ -665,7 +672,7 @@ func TestTickTakesTurns(t *testing.T) {
 		if i < 2 {
 			passAndPause(t, b, w, other, int(w.pub.Load())+50<<10, NotStalled, lim) // it ran and read more
 		} else {
-			passAndPause(t, b, w, other, int(w.pub.Load()), Busy, lim) // it ran nothing
+			passAndPause(t, b, w, other, int(w.pub.Load()), Waiting, lim) // it ran nothing
 		}
 	}
 }

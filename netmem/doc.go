@@ -32,7 +32,9 @@
 //     seen when the command has run, unless its socket is reset: a bulk
 //     load that half-closes after its last command must not lose the
 //     commands still waiting, as it did while waiting connections were read
-//     on to see a client leave);
+//     on to see a client leave.) While its login waits for its turn
+//     ([Waiting]) it is read up to [Limits].ConnWaiting, so that a client
+//     that leaves is seen and its attempt takes no turn;
 //   - while gnet holds replies its socket did not take, it is not read
 //     either, as memcached does not read while it writes: gnet closes a
 //     connection whose end of file it reads and drops what it could not

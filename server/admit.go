@@ -75,7 +75,7 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 		c.collect = b
 		return admitRun
 	case ingress.Queued:
-		c.inflight, c.queued = b, true // the continuation: Granted or Expired will finish it
+		c.inflight, c.queued, c.loginTurn = b, true, false // the continuation: Granted or Expired will finish it
 		return admitQueued
 	}
 	b.Release() // gives the deadline grant back too
@@ -89,10 +89,8 @@ func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	return admitAnswered
 }
 
-// checkThrottle asks the bucket's throttle whether a throttled connection's
-// command may run now. Admitted, its units wait in c.pending: a command
-// answered on the loop (serveResident) is charged at once, one copied into
-// a batch (addReq) holds them in the throttle until it is charged.
+// checkThrottle asks the bucket's throttle whether a throttled connection's command may run
+// now. Admitted, its units wait in c.pending for addReq to hold (serveResident charges at once).
 func (s *Server) checkThrottle(c *conn, req *mc.Request, now time.Time) verdict {
 	b, pending := c.bucket, command.PendingUnits(req, s.limits().WriteUnitSize)
 	// A refusal right after a second boundary that housekeeping has not
@@ -284,18 +282,15 @@ func (c *conn) addReq(b *work.Batch, req *mc.Request) *command.Request {
 	r.Throttled, c.throttledFor = c.throttledFor, 0
 	r.Start = c.cmdStart
 	r.DL, r.Grant, c.dl, c.grant = c.dl, c.grant, nil, ingress.Grant{}
-	if c.pending > 0 { // a throttled connection's: hold its units until meter charges it
-		r.Hold, c.pending = c.srv.throttle.Hold(c.bucket.Throttle(), c.pending), 0
-	}
+	r.Hold, c.pending = c.srv.throttle.Hold(c.bucket.Throttle(), c.pending), 0 // until meter charges it
 	if c.txt != nil {
 		c.txt.Reply(&r.Txt, &r.Aux)
 	}
 	return r
 }
 
-// meter counts a command that ran in its bucket, charges a command that
-// succeeded its units (command.Units), and releases the units its
-// admission held; workers call it (work.Options).
+// meter counts a command that ran in its bucket, charges one that succeeded its units
+// (command.Units) and releases what its admission held; workers call it (work.Options).
 func (s *Server) meter(bk *catalog.Bucket, r *command.Request) {
 	bk.Throttle().CountCommand()
 	if r.Txt.Text() {

@@ -70,23 +70,22 @@ type conn struct {
 	in            ingress.InputClock // when the input's bytes arrived
 	lat           latency.Log        // commands answered this pass, observed after the write
 
-	dl    *ingress.BucketDeadline // the gate of the admitted command's bucket; nil when it holds no grant
-	grant ingress.Grant           // the admitted command's deadline grant
+	dl      *ingress.BucketDeadline // the gate of the admitted command's bucket; nil when it holds no grant
+	grant   ingress.Grant           // the admitted command's deadline grant
+	pending int64                   // the throttle-admitted command's units, held once it joins a batch (addReq)
 
-	pending int64 // the throttle-admitted command's units, held once it joins a batch (addReq)
-
-	out       []byte             // replies of this pass, written once at the end (lent by scratch)
-	peek      []byte             // value buffer of GETs answered on the loop (lent by scratch)
-	scratch   *netmem.Scratch    // its event loop's buffers, which out and peek are during a pass
-	inflight  *work.Batch        // batch executing off the loop, nil when none
-	handedOff bool               // inflight went to a worker this pass (runInline)
-	queued    bool               // inflight waits for an ingress ticket or its turn at the login gate (stall)
-	collect   *work.Batch        // batch being assembled in this pass
-	quitting  bool               // QUIT seen: close after flushing
-	closed    bool               // OnClose ran, maybe inside this pass's write (gnet closes on a failed one)
-	proto     uint8              // protoUnknown until the first byte, then protoBinary or protoText
-	txt       *translate.Session // text/meta translation (conn_text.go), nil for binary
-	usersGen  uint64             // the users generation this connection last checked (reload.go: revoke)
+	out               []byte             // replies of this pass, written once at the end (lent by scratch)
+	peek              []byte             // value buffer of GETs answered on the loop (lent by scratch)
+	scratch           *netmem.Scratch    // its event loop's buffers, which out and peek are during a pass
+	inflight          *work.Batch        // batch executing off the loop, nil when none
+	handedOff         bool               // inflight went to a worker this pass (runInline)
+	queued, loginTurn bool               // inflight waits for an ingress ticket or (loginTurn) its turn at the login gate (stall)
+	collect           *work.Batch        // batch being assembled in this pass
+	quitting          bool               // QUIT seen: close after flushing
+	closed            bool               // OnClose ran, maybe inside this pass's write (gnet closes on a failed one)
+	proto             uint8              // protoUnknown until the first byte, then protoBinary or protoText
+	txt               *translate.Session // text/meta translation (conn_text.go), nil for binary
+	usersGen          uint64             // the users generation this connection last checked (reload.go: revoke)
 
 	mem     netmem.Holder // its share of the node's network memory (netmem: what it held, its pauses)
 	stopped bool          // decoding stopped this pass (netmem pause, output full)
@@ -294,7 +293,7 @@ func (c *conn) outputFull() bool {
 func (c *conn) account() gnet.Action {
 	s := c.srv
 	lim := netmem.Limits{Budget: s.limits().MaxBufferBytes, ConnOutput: s.opts.MaxConnOutput,
-		ConnBuffer: s.opts.MaxConnBuffer}
+		ConnWaiting: netmem.WaitingInput, ConnBuffer: s.opts.MaxConnBuffer}
 	if s.flow.Account(&c.mem, c.gc.InboundBuffered(), c.gc.OutboundBuffered(), c.frame, c.stall(), lim) {
 		return gnet.Close
 	}
@@ -303,8 +302,11 @@ func (c *conn) account() gnet.Action {
 
 // stall is what the input waits for besides its own next bytes (netmem).
 func (c *conn) stall() netmem.Stall {
-	if c.queued || !c.parkedSince.IsZero() || c.inflight != nil || c.stopped || c.quitting {
-		return netmem.Busy // for a ticket, a login's turn, the throttle, a batch, an output stop or QUIT
+	switch {
+	case c.queued && c.loginTurn:
+		return netmem.Waiting // read on: a client that leaves is seen, its attempt takes no turn
+	case c.queued || !c.parkedSince.IsZero() || c.inflight != nil || c.stopped || c.quitting:
+		return netmem.Busy // for a ticket, the throttle, a batch, an output stop or QUIT
 	}
 	return netmem.NotStalled
 }
@@ -536,7 +538,7 @@ func (c *conn) collectBatch(b *work.Batch) {
 	if b == nil {
 		return
 	}
-	c.inflight, c.queued = nil, false
+	c.inflight, c.queued, c.loginTurn = nil, false, false
 	if len(c.out) == 0 {
 		c.out, b.Out = b.Out, c.out // the batch's replies as they are, not copied
 	} else {

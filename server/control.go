@@ -93,9 +93,9 @@ func (c *conn) saslAuth(req *mc.Request) {
 // failure anonymous) applies on the loop when b is collected. On a system-band
 // connection (slots.Settle) it must be a privileged user's, or the connection closes.
 func (c *conn) startLogin(b *work.Batch, name string, password []byte, anyBucket bool, answer func(err error)) {
-	c.inflight = b
+	c.inflight, c.loginTurn = b, true
 	c.srv.slots.Settle(c.slot)
-	// A login that waits its turn waits as for a ticket (stall): its client's leaving is seen.
+	// A login that waits its turn is read on (stall): its client's leaving is seen.
 	c.queued = c.srv.logins.Submit(c.remote, c.box.Gone, func() bool {
 		gen := c.srv.usersGen.Load() // the users this login is checked against
 		user, err := c.srv.users.Authenticate(name, password)

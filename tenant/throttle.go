@@ -220,18 +220,19 @@ func (t *Throttle) Admit(b *BucketThrottle, pending int64) (Hold, bool) {
 }
 
 // Hold holds the pending units of a command Check admitted, which will not
-// be charged at once, in the gauges it will be charged to (the bucket's,
-// and the free pool's and the spare's for the part above the bucket's
-// reservation) until the returned Hold is released, which the caller does
+// be charged at once, in the gauges it will be charged to (the bucket's and
+// the node's, and the free pool's and the spare's for the part above the
+// bucket's reservation) until the returned Hold is released, which the caller does
 // once it has charged the command's actual units, or when the command will
 // not run after all. Later checks count what is held as used, so the
 // commands a pipeline or many connections have admitted and not yet
 // charged cannot all pass against the same gauges: the node stays within
 // its capacity plus about one command per bucket (SPEC section 9). A
-// bucket whose reservation is unlimited holds nothing.
+// bucket whose reservation is unlimited holds nothing, nor a pending of 0
+// (an Unthrottled connection's command, which Check did not admit).
 func (t *Throttle) Hold(b *BucketThrottle, pending int64) Hold {
 	eff := b.effective.Load()
-	if eff < 0 {
+	if eff < 0 || pending <= 0 {
 		return Hold{}
 	}
 	h := Hold{t: t, b: b, units: max(pending, 1)}
@@ -240,6 +241,7 @@ func (t *Throttle) Hold(b *BucketThrottle, pending int64) Hold {
 		h.spare = min(h.free, max(0, b.freeUsed.Value()+b.freeUsed.Held()+h.free-b.share.Load()))
 	}
 	b.used.Hold(h.units)
+	t.node.Hold(h.units) // the node's usage is also what Unthrottled and unlimited buckets charge
 	b.freeUsed.Hold(h.free)
 	t.free.Hold(h.free)
 	t.spareUse.Hold(h.spare)
@@ -262,6 +264,7 @@ func (h *Hold) Release() {
 		return
 	}
 	h.b.used.Unhold(h.units)
+	h.t.node.Unhold(h.units)
 	h.b.freeUsed.Unhold(h.free)
 	h.t.free.Unhold(h.free)
 	h.t.spareUse.Unhold(h.spare)

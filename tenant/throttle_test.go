@@ -694,3 +694,32 @@ func TestThrottleAdmitHoldsUntilCharged(t *testing.T) {
 		t.Errorf("a bucket with an unlimited reservation: admitted %v, hold %+v; want admitted, no hold", ok, h)
 	}
 }
+
+// Holds count against the node's capacity too, whose usage also comes from
+// buckets that are not throttled (an unlimited reservation) and Unthrottled
+// connections: a batch of a throttled bucket stops where the node is full
+// (a review found 100 admitted beside 90 units of an unlimited bucket at a
+// capacity of 100).
+func TestThrottleHoldsCountAgainstTheNode(t *testing.T) {
+	th := tenant.NewThrottle(100, thrBase)
+	off, p := th.Add("off", unl, unl), th.Add("p", 0, unl)
+	th.Charge(off, 0, 90)
+	var hs []tenant.Hold
+	for {
+		h, ok := th.Admit(p, 1)
+		if !ok {
+			break
+		}
+		hs = append(hs, h)
+	}
+	if len(hs) != 10 {
+		t.Errorf("admitted %d one-unit commands beside 90 units of an unlimited bucket at a capacity of 100, want 10", len(hs))
+	}
+	for i := range hs {
+		th.Charge(p, 1, 0)
+		hs[i].Release()
+	}
+	if st := th.Stats(); st.NodeUsed != 100 {
+		t.Errorf("node used %d, want 100", st.NodeUsed)
+	}
+}
