@@ -175,9 +175,9 @@ func execRead(bk *catalog.Bucket, r *Request, now uint32, touch bool) error {
 		read, found := it, err == nil
 		switch {
 		case errors.Is(err, engine.ErrNotFound) && a.Vivify || found && a.Wins(it):
-			var created bool
-			it, r.Won, created, err = st.Lease(r.Key, a, now, r.Res[:0]) // touches too
-			if found && !created {                                       // the read counted once, above: report the item as it found it
+			var created bool // Lease touches too; the read counted once, above: report the item as it found it
+			it, r.Won, created, err = st.Lease(r.Key, a, now, r.Res[:0])
+			if found && !created {
 				it.Fetched, it.Accessed = read.Fetched, read.Accessed
 			}
 		case late && found: // no token to hand out: the touch alone
