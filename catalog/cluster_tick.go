@@ -115,7 +115,7 @@ func (c *Cluster) Tick(now time.Time, loads []Load) []Share {
 	if from != to {
 		c.logTransitionLocked(from, to)
 	}
-	members, demands := c.snapshot()
+	members, demands := c.snapshot(now)
 	shares := make([]Share, len(loads))
 	for i, l := range loads {
 		shares[i] = c.shareLocked(to, round, l, members, demands)
@@ -184,10 +184,20 @@ func (c *Cluster) shareLocked(st LinkState, round int64, l Load, members []Membe
 }
 
 // snapshot returns the live members (this node always among them), sorted
-// by name, and every node's last report.
-func (c *Cluster) snapshot() ([]Member, map[string]usageReport) {
+// by name, and every node's last report. Carried members whose time is up
+// at now leave the view.
+func (c *Cluster) snapshot(now time.Time) ([]Member, map[string]usageReport) {
 	c.viewMu.Lock()
 	defer c.viewMu.Unlock()
+	for name, until := range c.view.carried {
+		switch {
+		case until.IsZero():
+			c.view.carried[name] = now.Add(c.opts.LeaseTTL)
+		case !now.Before(until):
+			delete(c.view.carried, name)
+			delete(c.view.members, name)
+		}
+	}
 	members := make([]Member, 0, len(c.view.members)+1)
 	for name, m := range c.view.members {
 		members = append(members, Member{Name: name, Address: m.Address, Heartbeat: m.Heartbeat})

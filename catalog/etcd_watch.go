@@ -28,10 +28,17 @@ const watchRetry = 500 * time.Millisecond
 type clusterView struct {
 	members map[string]memberInfo
 	usage   map[string]usageReport
+	// carried are members a catch-up found missing from etcd that the
+	// view before it had, kept in members until the deadline (zero: one
+	// lease TTL from the next snapshot) unless their key comes back: a
+	// wiped etcd has none of the running nodes' keys until each writes
+	// its own again, and a node that saw only itself would take a
+	// bucket's whole limit (a cluster audit: 900 units/s against 300).
+	carried map[string]time.Time
 }
 
 func newClusterView() clusterView {
-	return clusterView{members: map[string]memberInfo{}, usage: map[string]usageReport{}}
+	return clusterView{members: map[string]memberInfo{}, usage: map[string]usageReport{}, carried: map[string]time.Time{}}
 }
 
 // prefixState is the whole prefix at one revision.
@@ -70,8 +77,10 @@ func (c *Cluster) catchUp(ctx context.Context) (int64, error) {
 	}
 	buckets := map[string]clusterBucket{}
 	c.viewMu.Lock()
+	old := c.view
 	c.view = newClusterView()
 	c.viewMu.Unlock()
+	defer c.carryMembers(old)
 	var errs []error
 	for key, kv := range st.kvs {
 		if name, ok := c.keys.bucketName(key); ok {
@@ -92,6 +101,21 @@ func (c *Cluster) catchUp(ctx context.Context) (int64, error) {
 	errs = append(errs, c.apply.syncClusterBuckets(buckets), c.applyNodeFrom(st.kvs))
 	c.applied.Store(st.rev)
 	return st.rev, errors.Join(errs...)
+}
+
+// carryMembers keeps in the view the members of old that the catch-up did
+// not find (see clusterView.carried), their reports left out: a member
+// whose demand is unknown counts as wanting all it may have.
+func (c *Cluster) carryMembers(old clusterView) {
+	c.viewMu.Lock()
+	defer c.viewMu.Unlock()
+	for name, m := range old.members {
+		if _, ok := c.view.members[name]; ok || name == c.opts.NodeName {
+			continue
+		}
+		c.view.members[name] = m
+		c.view.carried[name] = old.carried[name] // zero for a member not carried before
+	}
 }
 
 // applyNodeFrom applies the node defaults and this node's capacity as kvs
@@ -146,7 +170,10 @@ func (c *Cluster) applyKey(key string, kv *mvccpb.KeyValue, deleted bool) error 
 		return c.apply.applyClusterBucket(name, clusterBucket{set, kv.CreateRevision})
 	}
 	if name, ok := strings.CutPrefix(key, c.keys.memberPrefix()); ok {
-		return c.updateView(func(v *clusterView) error { return setOrDelete(v.members, name, value, deleted) })
+		return c.updateView(func(v *clusterView) error {
+			delete(v.carried, name) // its own key now says whether it lives
+			return setOrDelete(v.members, name, value, deleted)
+		})
 	}
 	if name, ok := strings.CutPrefix(key, c.keys.usagePrefix()); ok {
 		return c.updateView(func(v *clusterView) error { return setOrDelete(v.usage, name, value, deleted) })
