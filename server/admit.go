@@ -36,7 +36,8 @@ const (
 func (s *Server) admit(c *conn, req *mc.Request) verdict {
 	pool, now, adm := command.PoolOf(req.Opcode), c.now, stateOf(c.bucket).adm
 	c.cmdStart, c.pending = now, 0
-	if c.unthrottled {
+	if c.unthrottled { // (a parked command whose user became Unthrottled leaves the park)
+		c.leavePark()
 		c.runOrCollect(req, s.ingress.StartExempt(pool, adm, now), now)
 		return admitRun
 	}
@@ -118,9 +119,8 @@ func (s *Server) checkThrottle(c *conn, req *mc.Request, now time.Time) verdict 
 // Grant waits in c.grant for the request the command is copied into
 // (addReq, serveResident), which ends it exactly once (command.Request), or
 // for dropGrant. Refused, the command is answered 0x86 "deadline <D> ms
-// cannot be met: …" with retry_after_us, unless a batch is being collected:
-// its reply must not overtake theirs, so it stays in the input and asks
-// again once they ran.
+// cannot be met: …" with retry_after_us, unless a batch is being collected: its reply must
+// not overtake theirs, so it stays in the input and asks again once they ran.
 func (s *Server) checkDeadline(c *conn, req *mc.Request, pool ingress.Pool, arrival, now time.Time) verdict {
 	dl := stateOf(c.bucket).dl
 	capacity := dl.Capacity(s.ingress.PoolSize(pool))
@@ -176,8 +176,7 @@ func (s *Server) throttled(c *conn, req *mc.Request, now time.Time) verdict {
 	return admitWait
 }
 
-// park registers c in its bucket's parked set, once, to be woken at the
-// next tick.
+// park registers c in its bucket's parked set, once, to be woken at the next tick.
 func (c *conn) park() {
 	if c.parked.CompareAndSwap(false, true) {
 		c.bucket.Park(c)
@@ -267,8 +266,7 @@ func (c *conn) serveResident(req *mc.Request, t ingress.Ticket, now time.Time) b
 	return true
 }
 
-// collectReq adds an admitted command, with its ticket, to the batch being
-// collected.
+// collectReq adds an admitted command, with its ticket, to the batch being collected.
 func (c *conn) collectReq(req *mc.Request, t ingress.Ticket) {
 	if c.collect == nil {
 		c.collect = c.srv.work.NewBatch(c, &c.enc, c.bucket)
@@ -346,8 +344,7 @@ func (h bucketHooks) SettingsChanged(b *catalog.Bucket) {
 	}
 }
 
-// BucketRemoved answers the bucket's queued commands: 0x86 "bucket B was
-// deleted".
+// BucketRemoved answers the bucket's queued commands: 0x86 "bucket B was deleted".
 func (h bucketHooks) BucketRemoved(b *catalog.Bucket) {
 	h.s.ingress.RemoveBucket(stateOf(b).adm, h.s.opts.Now())
 	h.s.view.Retire(b)

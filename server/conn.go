@@ -259,10 +259,9 @@ func (c *conn) mayDecode() bool {
 	return true
 }
 
-// outFlush: a pass's replies go to gnet once they reach this, before the
-// next command, so that a pass answering large values does not grow and
-// regrow one buffer for all of them (gnet keeps what the socket does not
-// take).
+// outFlush: a pass's replies go to gnet once they reach this, before the next command, so that
+// a pass answering large values does not grow and regrow one buffer for all of them (gnet keeps
+// what the socket does not take).
 const outFlush = 256 << 10
 
 // flushOut hands the replies collected so far to gnet, which keeps what
@@ -624,10 +623,9 @@ func (c *conn) onShutdown() gnet.Action {
 		c.settle.Reset()
 	}
 	if busy || c.inflight != nil || c.gc.OutboundBuffered() > 0 {
-		// Woken again when the batch is done, or by drain's poll. The FIN
-		// waits for a pass with nothing to answer, so that what the
-		// client sent before the shutdown and the socket still holds is
-		// answered too.
+		// Woken again when the batch is done, or by drain's poll. The FIN waits for a pass
+		// with nothing to answer, so that what the client sent before the shutdown and the
+		// socket still holds is answered too.
 		return gnet.None
 	}
 	if c.quitting {

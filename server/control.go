@@ -18,8 +18,7 @@ import (
 	"kvd/work"
 )
 
-// noBucketName deselects the current bucket in SELECT_BUCKET (Couchbase's
-// convention).
+// noBucketName deselects the current bucket in SELECT_BUCKET (Couchbase's convention).
 const noBucketName = "@no bucket@"
 
 // handleControl answers a command that is not a data command. Those that do

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"errors"
+
 	"kvd/catalog"
 	"kvd/server/options"
 )
@@ -10,8 +12,12 @@ import (
 // users, limits and ingress settings. Settings that need a restart (listen
 // address, data directory, wal_sync, frame and item size, probe bounds) are
 // reported in the returned list and left as they are. On error nothing
-// after the failing step is applied (and the catalog's step applies whole
-// or not at all, unless its engine writes fail part of the way).
+// after the failing step is applied, and the catalog's step applies whole
+// or not at all (unless its engine writes fail part of the way); but when
+// it is refused for a conflict with a run-time setting
+// (catalog.ErrFileConflict), its error is returned after the users, limits
+// and ingress settings are applied all the same, as at a start, so that no
+// bucket conflict holds a revocation back.
 func (s *Server) Reconfigure(next Options) (needRestart []string, err error) {
 	next.EnsureDefaults()
 	if err := next.Validate(); err != nil {
@@ -23,8 +29,9 @@ func (s *Server) Reconfigure(next Options) (needRestart []string, err error) {
 	}
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
-	if err := s.cat.ApplyFile(options.CatalogFile(&next), "config"); err != nil {
-		return nil, err
+	catErr := s.cat.ApplyFile(options.CatalogFile(&next), "config")
+	if catErr != nil && !errors.Is(catErr, catalog.ErrFileConflict) {
+		return nil, catErr
 	}
 	if s.cat.Cluster() == nil { // in a cluster, users arrive from etcd (UsersChanged)
 		if err := s.users.Replace(users); err != nil {
@@ -33,8 +40,8 @@ func (s *Server) Reconfigure(next Options) (needRestart []string, err error) {
 	}
 	s.lim.Store(options.LimitsOf(&next))
 	s.revoke()
-	if err := s.ingress.Reconfigure(&next.Ingress, s.opts.Now()); err != nil {
-		return nil, err
+	if err := s.ingress.Reconfigure(&next.Ingress, s.opts.Now()); err != nil || catErr != nil {
+		return nil, errors.Join(catErr, err)
 	}
 	return options.RestartNeeded(&s.opts, &next), nil
 }

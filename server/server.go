@@ -187,8 +187,7 @@ func (s *Server) FileRefused() error { return s.fileRefused }
 // Addr is the protocol address the server listens on.
 func (s *Server) Addr() string { return s.opts.Listen }
 
-// Close releases the engine (and leaves the cluster) of a server that was
-// never started.
+// Close releases the engine (and leaves the cluster) of a server that was never started.
 func (s *Server) Close() error {
 	cerr := s.cat.Close()
 	if err := s.db.Close(); err != nil {

@@ -119,3 +119,73 @@ func TestPasswordChangeEndsOpenSessions(t *testing.T) {
 		return strings.Contains(k.Log(), "user=alice reason=\"password changed")
 	})
 }
+
+// TestPromotedWhileParked: a config edit that makes a user Unthrottled
+// while its connection's command is parked by the throttle lets the
+// command run, and the connection goes on serving what follows (it used to
+// stay parked for good: never read again, never let go, CLOSE-WAIT after
+// the client left; a config audit's finding).
+func TestPromotedWhileParked(t *testing.T) {
+	t.Parallel()
+	cfg := func(unthrottled bool) string {
+		return strings.Replace(revokeConfig(true, true, unthrottled), `["app"], "privileges"`, `["other"], "privileges"`, 1)
+	}
+	k := startKVD(t, cfg(false))
+	carol := login(t, k.Addr, "carol", "carol-pw", "other")
+	carol.expectStatus("SET of the bucket's 1 unit", set("k", "v"), mc.StatusOK)
+	carol.send(set("parked", "v")) // the bucket's second is used up: parked
+	if res, err := carol.tryRecv(500 * time.Millisecond); err == nil {
+		t.Fatalf("the second SET in a second of 1 unit was answered at once: %v", res.Status)
+	}
+	if err := os.WriteFile(k.Config, []byte(cfg(true)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := carol.tryRecv(10 * time.Second); err != nil || res.Status != mc.StatusOK {
+		t.Fatalf("the parked SET after carol became Unthrottled: %v %+v", err, res)
+	}
+	for i := range 5 {
+		res, err := carol.tryRecvAfter(get("parked"), 5*time.Second)
+		if err != nil || res.Status != mc.StatusOK || string(res.Value) != "v" {
+			t.Fatalf("GET %d after the parked SET ran: %v %+v", i, err, res)
+		}
+	}
+}
+
+// TestRevocationBesideRefusedBucketEdit: a config edit that deletes a user
+// and also conflicts with a run-time bucket setting is refused for its
+// buckets, but the user's deletion applies at once, as it would at a start
+// with that file (it used to wait until the conflict was lifted: the user
+// went on logging in; a config audit's finding).
+func TestRevocationBesideRefusedBucketEdit(t *testing.T) {
+	t.Parallel()
+	cfg := func(app string, withBob bool) string {
+		users := `{"name": "admin", "password": "admin-pw", "buckets": ["*"], "privileges": ["BucketThrottleManagement", "Stats"]}`
+		if withBob {
+			users += `, {"name": "bob", "password": "bob-pw", "buckets": ["app"]}`
+		}
+		return `{"buckets": [` + app + `], "users": [` + users + `]}`
+	}
+	k := startKVD(t, cfg(`{"name": "app"}`, true))
+	admin := login(t, k.Addr, "admin", "admin-pw", "")
+	admin.expectStatus("0x2a app", reqWith(mc.OpSetBucketThrottle, 1, nil, "app", `{"reserved":50,"hard_limit":100}`), mc.StatusOK)
+	bob := login(t, k.Addr, "bob", "bob-pw", "app")
+	bob.expectStatus("SET before the edit", set("k", "v"), mc.StatusOK)
+	// The file's reserved 200 is above app's run-time hard limit: refused.
+	if err := os.WriteFile(k.Config, []byte(cfg(`{"name": "app", "reserved": 200}`, false)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !bob.closed(10 * time.Second) {
+		t.Fatal("the deleted user's open connection is still open 10 s after the edit")
+	}
+	d := dialRaw(t, k.Addr)
+	if res := d.call(&mc.Request{Magic: mc.MagicRequest, Opcode: mc.OpSASLAuth, Key: []byte("PLAIN"),
+		Value: []byte("\x00bob\x00bob-pw")}); res.Status != mc.StatusAuthError {
+		t.Errorf("the deleted user's login: status 0x%02x, want 0x20", uint16(res.Status))
+	}
+	if r, h := admin.bucketStat("app").limits(); r != "50" || h != "100" {
+		t.Errorf("app %s/%s after the refused edit, want the run-time 50/100", r, h)
+	}
+	waitFor(t, 5*time.Second, "the log saying the edit was rejected in part", func() bool {
+		return strings.Contains(k.Log(), "config edit rejected in part")
+	})
+}

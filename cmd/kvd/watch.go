@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"os"
 	"time"
 
+	"kvd/catalog"
 	"kvd/config"
 	"kvd/server"
 )
@@ -128,8 +130,11 @@ func (w *watcher) check() {
 	needRestart, err := w.srv.Reconfigure(opts)
 	if err != nil {
 		if w.refused(data, err) {
-			w.log.Error("config edit rejected, running config kept", "file", w.path, "err", err,
-				"retry_in", w.backoff.String())
+			msg := "config edit rejected, running config kept"
+			if errors.Is(err, catalog.ErrFileConflict) { // Server.Reconfigure
+				msg = "config edit rejected in part, running config kept for the buckets and node throttle; users, limits and ingress settings applied"
+			}
+			w.log.Error(msg, "file", w.path, "err", err, "retry_in", w.backoff.String())
 		}
 		return
 	}
