@@ -162,8 +162,7 @@ func (c *conn) onTraffic() gnet.Action {
 	return action
 }
 
-// serve decodes and handles frames until the input is exhausted or
-// incomplete, or a batch goes off the loop.
+// serve decodes and handles frames until the input is exhausted or incomplete, or a batch goes off the loop.
 func (c *conn) serve() gnet.Action {
 	if c.proto != protoBinary {
 		if c.proto == protoUnknown && !c.detect() {
@@ -366,8 +365,7 @@ func (c *conn) refuseAtHeader(hdr []byte) bool {
 	return true
 }
 
-// swallowBody discards what is left of a refused frame; it reports whether
-// all of it is gone.
+// swallowBody discards what is left of a refused frame; it reports whether all of it is gone.
 func (c *conn) swallowBody() bool {
 	n := min(c.swallow, c.gc.InboundBuffered())
 	_, _ = c.gc.Discard(n)

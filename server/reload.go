@@ -7,6 +7,9 @@ import (
 	"kvd/server/options"
 )
 
+// ErrFileConflict is Reconfigure's error when the file's buckets were refused (catalog's).
+var ErrFileConflict = catalog.ErrFileConflict
+
 // Reconfigure applies a reloaded config file: node throttle, bucket
 // settings and new buckets (where the file changed: see package catalog),
 // users, limits and ingress settings. Settings that need a restart (listen
@@ -15,7 +18,7 @@ import (
 // after the failing step is applied, and the catalog's step applies whole
 // or not at all (unless its engine writes fail part of the way); but when
 // it is refused for a conflict with a run-time setting
-// (catalog.ErrFileConflict), its error is returned after the users, limits
+// (ErrFileConflict), its error is returned after the users, limits
 // and ingress settings are applied all the same, as at a start, so that no
 // bucket conflict holds a revocation back.
 func (s *Server) Reconfigure(next Options) (needRestart []string, err error) {

@@ -315,8 +315,7 @@ func (s *Server) holders(yield func(*netmem.Holder) bool) {
 	s.eachConn(func(c *conn) bool { return yield(&c.mem) })
 }
 
-// closeIdle closes the connections that have held an unfinished frame
-// since before.
+// closeIdle closes the connections that have held an unfinished frame since before.
 func (s *Server) closeIdle(before int64) {
 	s.eachConn(func(c *conn) bool {
 		if p := c.partialSince.Load(); p != 0 && p < before {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"kvd/catalog"
 	"kvd/config"
 	"kvd/server"
 )
@@ -131,7 +130,7 @@ func (w *watcher) check() {
 	if err != nil {
 		if w.refused(data, err) {
 			msg := "config edit rejected, running config kept"
-			if errors.Is(err, catalog.ErrFileConflict) { // Server.Reconfigure
+			if errors.Is(err, server.ErrFileConflict) {
 				msg = "config edit rejected in part, running config kept for the buckets and node throttle; users, limits and ingress settings applied"
 			}
 			w.log.Error(msg, "file", w.path, "err", err, "retry_in", w.backoff.String())
