@@ -132,10 +132,11 @@ func TestPromotedWhileParked(t *testing.T) {
 	}
 	k := startKVD(t, cfg(false))
 	carol := login(t, k.Addr, "carol", "carol-pw", "other")
-	carol.expectStatus("SET of the bucket's 1 unit", set("k", "v"), mc.StatusOK)
-	carol.send(set("parked", "v")) // the bucket's second is used up: parked
+	// 100 KB in a bucket of 1 unit a second: about 98 s of carried-over debt.
+	carol.expectStatus("SET of 100 KB", set("k", strings.Repeat("v", 100_000)), mc.StatusOK)
+	carol.send(set("parked", "v")) // parked behind the debt
 	if res, err := carol.tryRecv(500 * time.Millisecond); err == nil {
-		t.Fatalf("the second SET in a second of 1 unit was answered at once: %v", res.Status)
+		t.Fatalf("a SET behind 98 s of debt was answered at once: %v", res.Status)
 	}
 	if err := os.WriteFile(k.Config, []byte(cfg(true)), 0o644); err != nil {
 		t.Fatal(err)
