@@ -220,26 +220,36 @@ func TestDeleteBucketAnswersQueued(t *testing.T) {
 }
 
 // TestQueuedDisconnectLeavesQueue: a connection that is reset while its
-// command waits leaves the bucket's queue. (One that closes with an end of
+// command waits leaves the bucket's queue; queued commands hold their units
+// in the throttle and give them back. (One that closes with an end of
 // file is not read while its command waits, so that a client that
 // half-closes after its last command gets its replies: its command runs.)
 func TestQueuedDisconnectLeavesQueue(t *testing.T) {
-	k := startKVD(t, poolConfig(t, nil, map[string]map[string]any{
-		"pool": {"max_concurrent": 1, "max_queued": 100, "queue_timeout_ms": 60000},
+	// Throttled through the free pool of a node too large to hold it back,
+	// so that its commands hold their units (STAT units_held) while queued.
+	k := startKVD(t, poolConfig(t, map[string]any{"node_capacity": int64(1e12)}, map[string]map[string]any{
+		"pool": {"max_concurrent": 1, "max_queued": 100, "queue_timeout_ms": 60000, "reserved": 0},
 	}))
 	admin := login(t, k.Addr, "admin", "admin-pw", "")
 	value := strings.Repeat("q", 256<<10)
-	w := startWriters(t, k.Addr, "pool", 4, []byte(value))
+	w := startWriters(t, k.Addr, "pool", 16, []byte(value)) // a queue that takes a while to pass
 	before := admin.statInts("ingress")["write_canceled"]
 	for i := range 20 {
 		c := login(t, k.Addr, "tenant", "tenant-pw", "pool")
 		c.send(set(fmt.Sprintf("gone%d", i), value))
+		time.Sleep(20 * time.Millisecond) // its SET arrives and queues behind the writers
 		_ = c.nc.(*net.TCPConn).SetLinger(0) // a reset, not an end of file (TestHalfCloseUnderLoad)
 		_ = c.nc.Close()
 	}
 	time.Sleep(200 * time.Millisecond)
+	// The queued SETs hold their write units in the bucket's throttle
+	// (STAT units_held), and give them all back once they are gone.
+	if held := admin.bucketStat("pool").UnitsHeld; held < 256 {
+		t.Errorf("units_held %d with 256 KiB SETs queued, want at least one SET's 256", held)
+	}
 	w.stop()
 	s := waitPoolIdle(t, admin, "pool")
+	waitFor(t, 5*time.Second, "units_held back to 0", func() bool { return admin.bucketStat("pool").UnitsHeld == 0 })
 	canceled := admin.statInts("ingress")["write_canceled"] - before
 	t.Logf("20 disconnects while queued: write_canceled +%d, num_queued %d", canceled, s.NumQueued)
 	if canceled < 1 {
