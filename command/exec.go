@@ -173,17 +173,15 @@ func execRead(bk *catalog.Bucket, r *Request, now uint32, touch bool) error {
 	if a, ok := LeaseOf(&r.Txt, now); ok { // an mg: memcached counts a created item as a hit
 		a.Touch, a.NewExpiry = touch, ExpiryAt(exp, now)
 		read, found := it, err == nil
+		var created bool
 		switch {
 		case errors.Is(err, engine.ErrNotFound) && a.Vivify || found && a.Wins(it):
-			var created bool // Lease touches too; the read counted once, above: report the item as it found it
-			it, r.Won, created, err = st.Lease(r.Key, a, now, r.Res[:0])
-			if found && !created {
-				it.Fetched, it.Accessed = read.Fetched, read.Accessed
-			}
+			it, r.Won, created, err = st.Lease(r.Key, a, now, r.Res[:0]) // touches too
 		case late && found: // no token to hand out: the touch alone
-			if it, err = st.TouchNoBump(r.Key, a.NewExpiry, now, r.Res[:0]); err == nil {
-				it.Fetched, it.Accessed = read.Fetched, read.Accessed
-			}
+			it, err = st.TouchNoBump(r.Key, a.NewExpiry, now, r.Res[:0])
+		}
+		if found && !created && err == nil { // the read counted once, above: report the item as it found it
+			it.Fetched, it.Accessed = read.Fetched, read.Accessed
 		}
 	}
 	if r.Txt.Inspects() { // me: in no get figure, as memcached's

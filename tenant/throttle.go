@@ -30,7 +30,7 @@ import (
 //     shares bind.
 //
 // Check, before a command runs, with the units known up front and the
-// units that commands admitted before it hold (Admit):
+// units that commands admitted before it hold (Hold):
 //  1. bucket usage below its effective reservation → run;
 //  2. free pool or node capacity exhausted → throttle;
 //  3. a finite hard limit reached → throttle;
@@ -209,14 +209,6 @@ func (t *Throttle) SetLimits(b *BucketThrottle, reserved, hardLimit int64) {
 	}
 	t.refreshLocked()
 	t.mu.Unlock()
-}
-
-// Admit is Check, then Hold for a command that may run.
-func (t *Throttle) Admit(b *BucketThrottle, pending int64) (Hold, bool) {
-	if !t.Check(b, pending) {
-		return Hold{}, false
-	}
-	return t.Hold(b, pending), true
 }
 
 // Hold holds the pending units of a command Check admitted, which will not

@@ -78,15 +78,14 @@ func BenchmarkCheckCharge(b *testing.B) {
 }
 
 // BenchmarkAdmitCharge is the throttle path of a command that runs on a
-// worker: Admit (the check, and the hold of its units), then Charge and
-// Release once it ran.
+// worker: Check and Hold (admit), then Charge and Release once it ran.
 func BenchmarkAdmitCharge(b *testing.B) {
 	for _, path := range []string{"reserved", "freepool"} {
 		b.Run(path, func(b *testing.B) {
 			th, bt := benchThrottle(path)
 			b.ReportAllocs()
 			for b.Loop() {
-				h, ok := th.Admit(bt, 1)
+				h, ok := admit(th, bt, 1)
 				if !ok {
 					b.Fatal("refused")
 				}
@@ -101,7 +100,7 @@ func BenchmarkAdmitCharge(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if h, ok := th.Admit(bt, 1); ok {
+				if h, ok := admit(th, bt, 1); ok {
 					th.Charge(bt, 1, 0)
 					h.Release()
 				}
@@ -128,7 +127,7 @@ func TestThrottleHotPathDoesNotAllocate(t *testing.T) {
 	for _, path := range []string{"reserved", "freepool"} {
 		th, bt := benchThrottle(path)
 		allocs := testing.AllocsPerRun(1000, func() {
-			if h, ok := th.Admit(bt, 1); ok {
+			if h, ok := admit(th, bt, 1); ok {
 				th.Charge(bt, 1, 0)
 				h.Release()
 			}
@@ -173,7 +172,7 @@ func TestThrottleConcurrentUse(t *testing.T) {
 				if g == 7 { // goroutine 7 is Unthrottled
 					th.Charge(b, 1, 0)
 					admitted.Add(1)
-				} else if h, ok := th.Admit(b, 1); ok {
+				} else if h, ok := admit(th, b, 1); ok {
 					th.Charge(b, 1, 0)
 					h.Release()
 					admitted.Add(1)

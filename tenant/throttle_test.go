@@ -18,6 +18,15 @@ var thrBase = time.Date(2025, time.January, 1, 0, 0, 0, 0, time.UTC)
 // atMs is the fake clock.
 func atMs(ms int) time.Time { return thrBase.Add(time.Duration(ms) * time.Millisecond) }
 
+// admit is Check, then Hold for a command that may run and will be
+// charged later: the server's path for a command copied into a batch.
+func admit(th *tenant.Throttle, b *tenant.BucketThrottle, pending int64) (tenant.Hold, bool) {
+	if !th.Check(b, pending) {
+		return tenant.Hold{}, false
+	}
+	return th.Hold(b, pending), true
+}
+
 // drain runs 1-unit reads on b (Check, then Charge) until Check refuses or
 // max ran, and returns how many ran.
 func drain(th *tenant.Throttle, b *tenant.BucketThrottle, max int64) int64 {
@@ -623,7 +632,7 @@ func TestThrottleLoweredLimitLeavesNoDebt(t *testing.T) {
 
 // SPEC 9: node usage stays ≤ capacity (+ one command's units per bucket)
 // when commands are admitted in batches and charged only after they ran, as
-// a pipeline's are. Admit holds each admitted command's units until its
+// a pipeline's are. Hold keeps each admitted command's units until its
 // Hold is released, so the commands admitted before it count: a hard limit,
 // the free pool and a reservation each stop a batch where the charged
 // units would pass them. A bucket within its reservation is not stopped by
@@ -634,7 +643,7 @@ func TestThrottleAdmitHoldsUntilCharged(t *testing.T) {
 	batch := func(b *tenant.BucketThrottle, pending int64) []tenant.Hold {
 		var hs []tenant.Hold
 		for {
-			h, ok := th.Admit(b, pending)
+			h, ok := admit(th, b, pending)
 			if !ok {
 				return hs
 			}
@@ -661,7 +670,7 @@ func TestThrottleAdmitHoldsUntilCharged(t *testing.T) {
 	if used := hard.Stats().Used; used != 30 {
 		t.Errorf("hard: %d units charged, want 30", used)
 	}
-	if _, ok := th.Admit(hard, 1); ok {
+	if _, ok := admit(th, hard, 1); ok {
 		t.Errorf("hard: a command admitted past its hard limit once the holds were charged")
 	}
 
@@ -675,7 +684,7 @@ func TestThrottleAdmitHoldsUntilCharged(t *testing.T) {
 	if n := int64(len(hs)); n*10 > left || (n+1)*10 <= left {
 		t.Errorf("pool: a batch admitted %d commands of 10 units with %d units of the free pool left", n, left)
 	}
-	if h, ok := th.Admit(res, 5); !ok {
+	if h, ok := admit(th, res, 5); !ok {
 		t.Errorf("res: a command within its reservation refused while the free pool is held by another bucket")
 	} else {
 		th.Charge(res, 0, 5)
@@ -689,7 +698,7 @@ func TestThrottleAdmitHoldsUntilCharged(t *testing.T) {
 
 	// An unlimited reservation turns throttling off: nothing is held.
 	off := th.Add("off", unl, unl)
-	h, ok := th.Admit(off, 1000)
+	h, ok := admit(th, off, 1000)
 	if !ok || h != (tenant.Hold{}) {
 		t.Errorf("a bucket with an unlimited reservation: admitted %v, hold %+v; want admitted, no hold", ok, h)
 	}
@@ -706,7 +715,7 @@ func TestThrottleHoldsCountAgainstTheNode(t *testing.T) {
 	th.Charge(off, 0, 90)
 	var hs []tenant.Hold
 	for {
-		h, ok := th.Admit(p, 1)
+		h, ok := admit(th, p, 1)
 		if !ok {
 			break
 		}
