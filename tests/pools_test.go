@@ -237,7 +237,7 @@ func TestQueuedDisconnectLeavesQueue(t *testing.T) {
 	for i := range 20 {
 		c := login(t, k.Addr, "tenant", "tenant-pw", "pool")
 		c.send(set(fmt.Sprintf("gone%d", i), value))
-		time.Sleep(20 * time.Millisecond) // its SET arrives and queues behind the writers
+		time.Sleep(20 * time.Millisecond)    // its SET arrives and queues behind the writers
 		_ = c.nc.(*net.TCPConn).SetLinger(0) // a reset, not an end of file (TestHalfCloseUnderLoad)
 		_ = c.nc.Close()
 	}
